@@ -1,0 +1,3 @@
+"""Placeholder; filled in by its own issue."""
+
+__all__: list[str] = []

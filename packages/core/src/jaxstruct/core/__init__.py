@@ -1,0 +1,75 @@
+"""Frozen, JAX-native ``Struct`` containers: fields, lifecycle, replace and introspection.
+
+The everyday import is ``import jaxstruct.core as js``; the registry API is
+re-exported here.
+"""
+
+from jaxstruct.registry import (
+    ClassReferenceError,
+    PytreeSpec,
+    RegistrationError,
+    SerializationError,
+    StructError,
+    class_ref,
+    is_registered_pytree_type,
+    lookup_class,
+    register_attrs_type,
+    register_pytree_type,
+    resolve_class,
+    resolve_pytree_spec,
+)
+
+from ._errors import (
+    FrozenStructError,
+    MissingDistributionError,
+    StructDefinitionError,
+    ValidationError,
+)
+from ._fields import MISSING, FieldKind, FieldSpec, field
+from ._introspect import (
+    build,
+    derived_fields,
+    fields,
+    is_struct,
+    node_fields,
+    opaque_fields,
+    static_fields,
+)
+from ._meta import StructMeta, class_options
+from ._register import dataclass, register_class
+from ._struct import Struct
+
+__all__ = [
+    "MISSING",
+    "ClassReferenceError",
+    "FieldKind",
+    "FieldSpec",
+    "FrozenStructError",
+    "MissingDistributionError",
+    "PytreeSpec",
+    "RegistrationError",
+    "SerializationError",
+    "Struct",
+    "StructDefinitionError",
+    "StructError",
+    "StructMeta",
+    "ValidationError",
+    "build",
+    "class_options",
+    "class_ref",
+    "dataclass",
+    "derived_fields",
+    "field",
+    "fields",
+    "is_registered_pytree_type",
+    "is_struct",
+    "lookup_class",
+    "node_fields",
+    "opaque_fields",
+    "register_attrs_type",
+    "register_class",
+    "register_pytree_type",
+    "resolve_class",
+    "resolve_pytree_spec",
+    "static_fields",
+]

@@ -1,0 +1,28 @@
+"""Error types of ``jaxstruct.core`` (the shared ones come from the registry layer)."""
+
+from __future__ import annotations
+
+from jaxstruct.registry import StructError
+
+__all__ = [
+    "FrozenStructError",
+    "MissingDistributionError",
+    "StructDefinitionError",
+    "ValidationError",
+]
+
+
+class ValidationError(StructError, ValueError):
+    """A field value was rejected by a validator, a static-field check or a type check."""
+
+
+class FrozenStructError(StructError, AttributeError):
+    """An attribute of a constructed (frozen) struct was set or deleted."""
+
+
+class StructDefinitionError(StructError, TypeError):
+    """A struct class is declared in a way that would silently misbehave."""
+
+
+class MissingDistributionError(StructError, ImportError):
+    """A feature needs a jaxstruct distribution that is not installed."""

@@ -1,0 +1,133 @@
+"""The per-class table every hot path reads: field order, kinds and hook flags.
+
+It is built once when the class is created and never per instance. Hook
+arities (one- or two-argument converters and validators, zero- or
+one-argument derived callables) are decided lazily, once, the first time an
+instance is built, so defining a class stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jax.tree_util import GetAttrKey
+
+from ._fields import FieldKind, FieldSpec, required_positional
+
+__all__ = ["CHILDREN", "AUX", "Layout", "Opaque"]
+
+# Instance attributes caching the flattened form; read by a C-level attrgetter.
+CHILDREN = "_jaxstruct_children"
+AUX = "_jaxstruct_aux"
+
+
+class Opaque:
+    """Aux-data wrapper carrying opaque field values by identity.
+
+    Two wrappers are equal when they hold the very same objects, so ``jit``'s
+    cache never hashes or compares the values themselves.
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Opaque:
+            return NotImplemented
+        theirs = other.values
+        return len(theirs) == len(self.values) and all(
+            a is b for a, b in zip(self.values, theirs, strict=True)
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(map(id, self.values)))
+
+    def __repr__(self) -> str:
+        return f"<opaque x{len(self.values)}>"
+
+
+class Layout:
+    """Field tables and hook flags of one struct class."""
+
+    __slots__ = (
+        "aux_names",
+        "by_name",
+        "checks",
+        "cls",
+        "compare_names",
+        "converters",
+        "derived",
+        "fields",
+        "has_hooks",
+        "init_fields",
+        "keys",
+        "node_names",
+        "opaque_names",
+        "post_init",
+        "repr_names",
+        "resolved",
+        "static_checked",
+        "static_names",
+        "user_init",
+        "validated",
+    )
+
+    def __init__(self, cls: type, fields: tuple[FieldSpec, ...], *, user_init: bool) -> None:
+        self.cls = cls
+        self.fields = fields
+        self.by_name = {f.name: f for f in fields}
+        self.node_names = tuple(f.name for f in fields if f.kind is FieldKind.NODE)
+        self.static_names = tuple(f.name for f in fields if f.kind is FieldKind.STATIC)
+        self.opaque_names = tuple(f.name for f in fields if f.kind is FieldKind.OPAQUE)
+        self.aux_names = self.static_names
+        self.static_checked = tuple(
+            f.name for f in fields if f.kind is FieldKind.STATIC and f.derived is None
+        )
+        self.init_fields = tuple(f for f in fields if f.init and f.derived is None)
+        self.repr_names = tuple(f.name for f in fields if f.repr)
+        self.compare_names = tuple(f.name for f in fields if f.compare)
+        self.keys = tuple(GetAttrKey(n) for n in self.node_names)
+        self.derived = tuple(f for f in fields if f.derived is not None)
+        self.converters = any(f.converter is not None for f in fields)
+        self.validated = tuple(f for f in fields if f.validators)
+        post_init = getattr(cls, "__post_init__", None)
+        self.post_init: Callable[[Any], None] | None = post_init
+        self.checks: tuple[Callable[[Any], Any], ...] = tuple(
+            c.__dict__["__check_init__"] for c in reversed(cls.__mro__) if "__check_init__" in c.__dict__
+        )
+        self.user_init = user_init
+        self.has_hooks = bool(
+            self.derived or self.validated or post_init is not None or self.checks or user_init
+        )
+        # Filled by resolve(): (spec, takes_self) pairs per hook.
+        self.resolved: dict[str, Any] | None = None
+
+    def resolve(self) -> dict[str, Any]:
+        """Decide hook arities once (inspecting signatures, never calling) and cache them."""
+        if self.resolved is None:
+            conv: dict[str, bool] = {}
+            vals: dict[str, tuple[tuple[Callable[..., Any], bool], ...]] = {}
+            der: dict[str, bool] = {}
+            for f in self.fields:
+                if f.converter is not None:
+                    conv[f.name] = (required_positional(f.converter) or 1) >= 2
+                if f.validators:
+                    vals[f.name] = tuple(
+                        (v, (required_positional(v) or 1) >= 2) for v in f.validators
+                    )
+                if f.derived is not None:
+                    der[f.name] = (required_positional(f.derived) or 0) >= 1
+            self.resolved = {"converters": conv, "validators": vals, "derived": der}
+        return self.resolved
+
+    def convert(self, obj: Any, spec: FieldSpec, value: Any) -> Any:
+        """Apply ``spec``'s converter to ``value`` (in whichever form it was declared)."""
+        conv = spec.converter
+        if conv is None:
+            return value
+        if self.resolve()["converters"][spec.name]:
+            return conv(obj, value)
+        return conv(value)

@@ -1,0 +1,236 @@
+"""The construction lifecycle shared by ``__init__``, ``replace`` and ``build``.
+
+Order (the specification's): assign with converters; derived fields; the user's
+``__post_init__`` (the instance is still mutable); derived fields again;
+static-field checks and validators; ``__check_init__`` invariants; freeze.
+Unflattening never comes here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._errors import ValidationError
+from ._fields import MISSING, FieldSpec
+from ._layout import AUX, CHILDREN, Layout
+
+__all__ = [
+    "SAFE_STATIC_TYPES",
+    "assign_arguments",
+    "compute_derived",
+    "building",
+    "check_static",
+    "finish",
+    "invalidate",
+    "new_from_values",
+]
+
+_osa = object.__setattr__
+_new = object.__new__
+
+# Types whose instances are always hashable and array-free: the static check skips them.
+SAFE_STATIC_TYPES = frozenset({int, str, float, bool, complex, bytes, type(None)})
+
+
+class _Building(threading.local):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+_building = _Building()
+
+
+def building() -> set[int]:
+    """Return the ids of instances this thread is constructing (still mutable)."""
+    return _building.ids
+
+
+def invalidate(obj: Any) -> None:
+    """Drop the cached flattened form after a field changed during construction."""
+    # Never touch obj.__dict__ on a hot path: on CPython 3.11 materialising it
+    # moves the instance off the inline-values layout and slows every later read.
+    for name in (CHILDREN, AUX):
+        try:
+            object.__delattr__(obj, name)
+        except AttributeError:
+            pass
+
+
+def check_static(cls: type, name: str, value: Any) -> None:
+    """Reject a static value that is an array or unhashable, naming the field and the fix."""
+    if isinstance(value, np.ndarray | jax.Array):
+        raise ValidationError(
+            f"static field {cls.__qualname__}.{name} holds an array ({_describe(value)}); "
+            "static fields are hashed into the tree structure. Make it a node field "
+            "(drop static=True) or store a tuple of Python numbers"
+        )
+    try:
+        hash(value)
+    except TypeError:
+        raise ValidationError(
+            f"static field {cls.__qualname__}.{name} must be hashable, got "
+            f"{type(value).__name__} {value!r}; use an immutable value (tuple, frozenset), "
+            "or make it a node field (drop static=True) or opaque (pytree=False)"
+        ) from None
+
+
+def _describe(value: Any) -> str:
+    shape = ",".join(str(d) for d in getattr(value, "shape", ()))
+    return f"{getattr(value, 'dtype', type(value).__name__)}[{shape}]"
+
+
+def compute_derived(obj: Any, layout: Layout) -> None:
+    takes_self = layout.resolve()["derived"]
+    for spec in layout.derived:
+        fn = spec.derived
+        assert fn is not None
+        value = fn(obj) if takes_self[spec.name] else fn()
+        if spec.converter is not None:
+            value = layout.convert(obj, spec, value)
+        _osa(obj, spec.name, value)
+
+
+def _validate(obj: Any, layout: Layout) -> None:
+    cls = layout.cls
+    for name in layout.static_checked:
+        value = getattr(obj, name)
+        if type(value) not in SAFE_STATIC_TYPES:
+            check_static(cls, name, value)
+    if layout.validated:
+        table = layout.resolve()["validators"]
+        for spec in layout.validated:
+            value = getattr(obj, spec.name)
+            for fn, takes_self in table[spec.name]:
+                result = fn(obj, value) if takes_self else fn(value)
+                if result is not None and not _truthy(result):
+                    raise ValidationError(
+                        f"{cls.__qualname__}.{spec.name}: validator "
+                        f"{getattr(fn, '__qualname__', fn)!r} rejected {_short(value)}; "
+                        "pass a value it accepts"
+                    )
+    for check in layout.checks:
+        check(obj)
+
+
+def _truthy(result: Any) -> bool:
+    if result is True or result is False:
+        return result
+    try:
+        return bool(np.all(np.asarray(result)))
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
+        return bool(result)
+
+
+def _short(value: Any) -> str:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return _describe(value)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_complete(obj: Any, layout: Layout) -> None:
+    missing = [f.name for f in layout.fields if getattr(obj, f.name, MISSING) is MISSING]
+    if missing:
+        names = ", ".join(repr(n) for n in missing)
+        raise ValidationError(
+            f"{layout.cls.__qualname__}: field(s) {names} were never assigned; give them a "
+            "default or assign them in __init__ / __post_init__"
+        )
+
+
+def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
+    """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned)."""
+    ids = _building.ids
+    key = id(obj)
+    fresh = key not in ids
+    if fresh:
+        ids.add(key)
+    try:
+        if layout.derived:
+            compute_derived(obj, layout)
+        if post_init and layout.post_init is not None:
+            layout.post_init(obj)
+            if layout.derived:
+                compute_derived(obj, layout)
+        _check_complete(obj, layout)
+        _validate(obj, layout)
+    finally:
+        if fresh:
+            ids.discard(key)
+    invalidate(obj)
+
+
+def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, convert: bool) -> Any:
+    """Create an instance of ``cls`` from field values without calling ``__init__``.
+
+    Used by ``build`` (deserialisation): converters run on the given values,
+    defaults fill the gaps, then derived fields, validators and checks run;
+    ``__post_init__`` does not (the stored values are already post-init values).
+    """
+    unknown = [k for k in values if k not in layout.by_name]
+    if unknown:
+        raise ValidationError(
+            f"{cls.__qualname__} has no field(s) {', '.join(map(repr, unknown))}; "
+            f"its fields are {list(layout.by_name)}"
+        )
+    obj = _new(cls)
+    for spec in layout.fields:
+        if spec.derived is not None:
+            continue
+        value = values.get(spec.name, MISSING)
+        if value is MISSING:
+            if not spec.has_default:
+                if spec.init or not layout.post_init:
+                    raise ValidationError(
+                        f"{cls.__qualname__}: required field {spec.name!r} is missing"
+                    )
+                continue
+            value = spec.make_default()
+        elif convert and spec.converter is not None:
+            value = layout.convert(obj, spec, value)
+        _osa(obj, spec.name, value)
+    finish(obj, layout, post_init=False)
+    return obj
+
+
+def field_spec(layout: Layout, name: str) -> FieldSpec | None:
+    """Return the spec of ``name`` or ``None``."""
+    return layout.by_name.get(name)
+
+
+def assign_arguments(obj: Any, layout: Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Bind constructor arguments to fields generically (the slow path of ``__init__``)."""
+    cls = layout.cls
+    positional = [f for f in layout.init_fields if not f.kw_only]
+    if len(args) > len(positional):
+        raise TypeError(
+            f"{cls.__qualname__}() takes {len(positional)} positional argument(s) but "
+            f"{len(args)} were given"
+        )
+    values = dict(zip((f.name for f in positional), args, strict=False))
+    for name, value in kwargs.items():
+        spec = layout.by_name.get(name)
+        if spec is None or not spec.init or spec.derived is not None:
+            raise TypeError(f"{cls.__qualname__}() got an unexpected keyword argument {name!r}")
+        if name in values:
+            raise TypeError(f"{cls.__qualname__}() got multiple values for argument {name!r}")
+        values[name] = value
+    for spec in layout.fields:
+        if spec.derived is not None:
+            continue
+        if spec.name in values:
+            value = values[spec.name]
+        elif spec.has_default:
+            value = spec.make_default()
+        elif spec.init:
+            raise TypeError(f"{cls.__qualname__}() missing required argument {spec.name!r}")
+        else:
+            continue
+        if spec.converter is not None:
+            value = layout.convert(obj, spec, value)
+        _osa(obj, spec.name, value)

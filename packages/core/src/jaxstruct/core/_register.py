@@ -1,0 +1,127 @@
+"""``register_class``/``dataclass``: promote an existing class to a Struct."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from typing_extensions import dataclass_transform
+
+from ._fields import MISSING, FieldSpec, field
+from ._meta import StructMeta
+from ._struct import Struct
+
+__all__ = ["dataclass", "register_class"]
+
+T = TypeVar("T", bound=type)
+
+_SKIP = frozenset({"__dict__", "__weakref__", "__annotations__", "__module__", "__qualname__"})
+
+
+def _metaclass_for(cls: type) -> type:
+    meta = type(cls)
+    if issubclass(StructMeta, meta):
+        return StructMeta
+    if issubclass(meta, StructMeta):
+        return meta
+    # A foreign metaclass: combine it with ours instead of failing with a conflict.
+    return type(f"Struct{meta.__name__}", (StructMeta, meta), {})
+
+
+def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> None:
+    for f in dataclasses.fields(cls):
+        ns[f.name] = field(
+            default=f.default,
+            default_factory=f.default_factory,
+            init=f.init,
+            repr=f.repr,
+            compare=f.compare,
+            kw_only=f.kw_only is True,
+            metadata=f.metadata,
+            static=bool(f.metadata.get("static", False)),
+        )
+    ns["__annotations__"] = {f.name: f.type for f in dataclasses.fields(cls)}
+    ns.pop("__init__", None)
+
+
+@overload
+def register_class(cls: T, /) -> T: ...
+@overload
+def register_class(*, name: str | None = None) -> Callable[[T], T]: ...
+@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
+    """Promote an existing class to a :class:`Struct` (decorator or direct call).
+
+    Returns a new class whose bases are ``(cls, Struct)``: the original class
+    comes first in the MRO, so its methods and ``super()`` calls keep working.
+    Fields come from the class's annotations (``field()`` works as usual); a
+    ``__init__`` defined in the class is kept as a user-written constructor.
+    A stdlib dataclass keeps its fields and options.
+
+    Args:
+        cls: the class to promote.
+        name: register (and name) the new class under this name instead.
+
+    Returns:
+        The new struct class.
+
+    Example:
+        >>> import jaxstruct.core as js
+        >>> @js.register_class
+        ... class Params:
+        ...     weights: object
+        ...     scale: float = js.field(static=True, default=1.0)
+        >>> Params(weights=[1.0]).replace(scale=2.0)
+        Params(weights=[1.0], scale=2.0)
+        >>> issubclass(Params, js.Struct), Params.__mro__[1].__name__
+        (True, 'Params')
+    """
+
+    def wrap(original: type) -> type:
+        if not isinstance(original, type):
+            raise TypeError(f"register_class() expected a class, got {original!r}")
+        if isinstance(original, StructMeta):
+            raise TypeError(
+                f"{original.__qualname__} is already a Struct; subclass it instead of "
+                "registering it again"
+            )
+        new_name = name or original.__name__
+        qualname = original.__qualname__.rpartition(".")[0]
+        ns: dict[str, Any] = {
+            "__module__": original.__module__,
+            "__qualname__": f"{qualname}.{new_name}" if qualname else new_name,
+            "__doc__": original.__doc__,
+        }
+        if dataclasses.is_dataclass(original):
+            _from_stdlib_dataclass(original, ns)
+            adopted = False
+        else:
+            annotations = dict(original.__dict__.get("__annotations__", {}))
+            ns["__annotations__"] = annotations
+            for attr in annotations:
+                if attr in original.__dict__:
+                    ns[attr] = original.__dict__[attr]
+            adopted = "__init__" in original.__dict__
+            if adopted:
+                ns["__init__"] = original.__dict__["__init__"]
+        meta = _metaclass_for(original)
+        new = meta(new_name, (original, Struct), ns, _adopted_init=adopted)
+        # The original's class attributes holding field() specs or defaults are now
+        # fields of the struct; remove them so they cannot shadow instance values.
+        for attr in list(ns.get("__annotations__", {})):
+            value = original.__dict__.get(attr, MISSING)
+            if isinstance(value, FieldSpec):
+                try:
+                    delattr(original, attr)
+                except (AttributeError, TypeError):
+                    pass
+        return new
+
+    if cls is None:
+        return wrap
+    return wrap(cls)
+
+
+dataclass = register_class
+"""Alias of :func:`register_class`, for code that thinks of structs as frozen dataclasses."""

@@ -1,0 +1,316 @@
+"""The :class:`Struct` base class: frozen instances, ``replace``, introspection, I/O methods."""
+
+from __future__ import annotations
+
+import importlib
+import reprlib
+from collections import OrderedDict
+from typing import Any, TypeVar
+
+import jax
+
+from ._compare import hash_fields, values_equal
+from ._errors import FrozenStructError, MissingDistributionError
+from ._fields import MISSING, FieldKind, FieldSpec
+from ._layout import AUX, CHILDREN, Layout, Opaque
+from ._lifecycle import (
+    SAFE_STATIC_TYPES,
+    assign_arguments,
+    building,
+    check_static,
+    finish,
+    invalidate,
+)
+from ._meta import StructMeta
+from ._repr import format_value
+
+__all__ = ["Struct"]
+
+S = TypeVar("S", bound="Struct")
+
+_osa = object.__setattr__
+_new = object.__new__
+
+
+def _io() -> Any:
+    try:
+        module = importlib.import_module("jaxstruct.io")
+    except ModuleNotFoundError as err:
+        if err.name not in ("jaxstruct.io", "jaxstruct"):
+            raise
+        module = None
+    if module is None or not hasattr(module, "export"):
+        raise MissingDistributionError(
+            "serialisation (to_state_dict, from_state_dict, export, load) needs the "
+            "'jaxstruct-io' distribution; install it with: pip install jaxstruct-io"
+        ) from None
+    return module
+
+
+def _expect(cls: type, obj: Any, what: str) -> Any:
+    if cls is not Struct and not isinstance(obj, cls):
+        from jaxstruct.registry import SerializationError
+
+        raise SerializationError(
+            f"{what} holds a {type(obj).__qualname__}, not a {cls.__qualname__}; load it with "
+            f"{type(obj).__qualname__}.load() or Struct.load(), or pass load_cls="
+        )
+    return obj
+
+
+class Struct(metaclass=StructMeta):
+    """Base class of immutable JAX pytree containers.
+
+    Subclasses declare fields with annotations (and :func:`field` for options).
+    Each subclass is a registered pytree: node fields are children, static
+    fields aux data, opaque fields invisible to JAX. Instances are frozen after
+    construction; use :meth:`replace` to derive new ones.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import jaxstruct.core as js
+        >>> class TrainState(js.Struct):
+        ...     params: object
+        ...     step: int = js.field(static=True, default=0)
+        >>> s = TrainState(params=jnp.ones(3))
+        >>> s
+        TrainState(params=float32[3], step=0)
+        >>> s.replace(step=1).step
+        1
+    """
+
+    __struct_layout__: Layout
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Assign fields from arguments for any struct class (used by ``super().__init__``)."""
+        layout = type(self).__dict__.get("__struct_layout__") or getattr(
+            type(self), "__struct_layout__", None
+        )
+        if layout is None:
+            if args or kwargs:
+                raise TypeError("Struct() takes no arguments; subclass it and declare fields")
+            return
+        assign_arguments(self, layout, args, kwargs)
+        if id(self) not in building():
+            finish(self, layout)
+
+    __init__._jaxstruct_generated = True  # type: ignore[attr-defined]
+
+    # -- immutability -----------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if id(self) in building():
+            layout = type(self).__struct_layout__
+            spec = layout.by_name.get(name)
+            if spec is None:
+                raise FrozenStructError(
+                    f"{type(self).__qualname__} has no field {name!r}; only declared fields can "
+                    f"be assigned. Declare it, e.g. {name}: object = field(pytree=False, "
+                    "init=False, default=None)"
+                )
+            if spec.converter is not None:
+                value = layout.convert(self, spec, value)
+            _osa(self, name, value)
+            invalidate(self)
+            return
+        raise FrozenStructError(
+            f"cannot assign {name!r}: {type(self).__qualname__} instances are frozen; "
+            f"use .replace({name}=...) to get an updated copy"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenStructError(
+            f"cannot delete {name!r}: {type(self).__qualname__} instances are frozen"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: fills the flattened-form cache.
+        if name == CHILDREN or name == AUX:
+            layout = type(self).__struct_layout__
+            children = tuple(getattr(self, n) for n in layout.node_names)
+            aux = tuple(getattr(self, n) for n in layout.aux_names)
+            if layout.opaque_names:
+                aux += (Opaque(tuple(getattr(self, n) for n in layout.opaque_names)),)
+            _osa(self, CHILDREN, children)
+            _osa(self, AUX, aux)
+            return children if name == CHILDREN else aux
+        raise AttributeError(f"{type(self).__qualname__!r} object has no attribute {name!r}")
+
+    # -- updating ---------------------------------------------------------------------
+    def replace(self: S, **changes: Any) -> S:
+        """Return a copy with some fields changed, running the lifecycle again.
+
+        Converters run on the changed values; derived fields, ``__post_init__``,
+        validators and ``__check_init__`` run as in construction. The user's own
+        ``__init__`` is not called.
+
+        Raises:
+            TypeError: a name is not a field, or is a derived field.
+            ValidationError: a validator or static-field check fails.
+
+        Example:
+            >>> import jaxstruct.core as js
+            >>> class P(js.Struct):
+            ...     x: int
+            >>> P(x=1).replace(x=2)
+            P(x=2)
+        """
+        cls = type(self)
+        layout = cls.__struct_layout__
+        by_name = layout.by_name
+        for name in changes:
+            spec = by_name.get(name)
+            if spec is None:
+                raise TypeError(
+                    f"{cls.__qualname__}.replace() got an unknown field {name!r}; "
+                    f"fields are {list(by_name)}"
+                )
+            if spec.derived is not None:
+                raise TypeError(
+                    f"{cls.__qualname__}.replace(): {name!r} is a derived field; change the "
+                    "fields it is computed from instead"
+                )
+        new = _new(cls)
+        for spec in layout.fields:
+            name = spec.name
+            if name in changes:
+                value = changes[name]
+                if spec.converter is not None:
+                    value = layout.convert(new, spec, value)
+                _osa(new, name, value)
+            elif spec.derived is None:
+                value = getattr(self, name, MISSING)
+                if value is not MISSING:
+                    _osa(new, name, value)
+        if layout.has_hooks:
+            finish(new, layout)
+        else:
+            for name in layout.static_checked:
+                if name in changes:
+                    value = getattr(new, name)
+                    if type(value) not in SAFE_STATIC_TYPES:
+                        check_static(cls, name, value)
+        return new
+
+    def rederive(self: S) -> S:
+        """Recompute every derived field in place (after an in-place change of a mutable field).
+
+        Returns the instance itself.
+
+        Example:
+            >>> import jaxstruct.core as js
+            >>> class Bag(js.Struct):
+            ...     items: list
+            ...     size: int = js.field(static=True, init=False, derived=lambda self: len(self.items))
+            >>> bag = Bag(items=[1, 2])
+            >>> bag.items.append(3)
+            >>> bag.rederive().size
+            3
+        """
+        layout = type(self).__struct_layout__
+        if layout.derived:
+            from ._lifecycle import compute_derived
+
+            compute_derived(self, layout)
+            invalidate(self)
+        return self
+
+    # -- protocol ---------------------------------------------------------------------
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        layout = type(self).__struct_layout__
+        parts = (f"{n}={format_value(getattr(self, n, MISSING))}" for n in layout.repr_names)
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        for name in type(self).__struct_layout__.compare_names:
+            if not values_equal(getattr(self, name), getattr(other, name)):
+                return False
+        return True
+
+    def __hash__(self) -> int:
+        return hash_fields(self, type(self).__struct_layout__.compare_names)
+
+    # -- introspection ----------------------------------------------------------------
+    @classmethod
+    def fields(cls) -> OrderedDict[str, FieldSpec]:
+        """Return an ordered mapping of field name to :class:`FieldSpec`."""
+        return OrderedDict((f.name, f) for f in cls.__struct_layout__.fields)
+
+    @classmethod
+    def node_fields(cls) -> tuple[str, ...]:
+        """Return the names of node (pytree child) fields."""
+        return cls.__struct_layout__.node_names
+
+    @classmethod
+    def static_fields(cls) -> tuple[str, ...]:
+        """Return the names of static (aux data) fields."""
+        return cls.__struct_layout__.static_names
+
+    @classmethod
+    def opaque_fields(cls) -> tuple[str, ...]:
+        """Return the names of opaque (invisible to JAX) fields."""
+        return cls.__struct_layout__.opaque_names
+
+    @classmethod
+    def derived_fields(cls) -> tuple[str, ...]:
+        """Return the names of derived fields."""
+        return tuple(f.name for f in cls.__struct_layout__.derived)
+
+    def tree_size(self) -> int:
+        """Return the number of pytree leaves (``len(jax.tree_util.tree_leaves(self))``)."""
+        return len(jax.tree_util.tree_leaves(self))
+
+    def to_dict(self, *, recursive: bool = False, include_opaque: bool = True) -> dict[str, Any]:
+        """Return the fields as a plain dict (for logging and debugging, not persistence).
+
+        Args:
+            recursive: also convert nested structs (inside lists, tuples and dicts too).
+            include_opaque: keep opaque fields.
+        """
+        out: dict[str, Any] = {}
+        for spec in type(self).__struct_layout__.fields:
+            if not include_opaque and spec.kind is FieldKind.OPAQUE:
+                continue
+            value = getattr(self, spec.name, MISSING)
+            if recursive:
+                value = _plain(value, include_opaque)
+            out[spec.name] = value
+        return out
+
+    # -- serialisation (implemented by the jaxstruct-io distribution) ----------------
+    def to_state_dict(self) -> dict[str, Any]:
+        """Return a portable in-memory payload (needs ``jaxstruct-io``)."""
+        return _io().to_state_dict(self)
+
+    @classmethod
+    def from_state_dict(cls: type[S], payload: Any, **kwargs: Any) -> S:
+        """Rebuild an instance from :meth:`to_state_dict`'s payload (needs ``jaxstruct-io``)."""
+        return _expect(cls, _io().from_state_dict(payload, **kwargs), "the payload")
+
+    def export(self, path: Any, **kwargs: Any) -> Any:
+        """Write a checkpoint directory, or a ``.zip`` archive (needs ``jaxstruct-io``)."""
+        return _io().export(self, path, **kwargs)
+
+    @classmethod
+    def load(cls: type[S], path: Any, **kwargs: Any) -> S:
+        """Read a checkpoint written by :meth:`export` (needs ``jaxstruct-io``)."""
+        return _expect(cls, _io().load(path, **kwargs), f"checkpoint {str(path)!r}")
+
+
+def _plain(value: Any, include_opaque: bool) -> Any:
+    if isinstance(value, Struct):
+        return value.to_dict(recursive=True, include_opaque=include_opaque)
+    kind = type(value)
+    if kind is list:
+        return [_plain(v, include_opaque) for v in value]
+    if kind is tuple:
+        return tuple(_plain(v, include_opaque) for v in value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return kind(*(_plain(v, include_opaque) for v in value))
+    if kind is dict:
+        return {k: _plain(v, include_opaque) for k, v in value.items()}
+    return value
