@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import operator
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,12 @@ extension_keywords: dict[str, Callable[[type, Any], None]] = {}
 #: Called with every new struct class once it is registered.
 class_created_hooks: list[Callable[[type], None]] = []
 
+#: Annotation markers that declare something other than a field (like
+#: ``ClassVar``): objects whose ``__origin__`` (or themselves) carry the
+#: attribute ``__jaxstruct_not_a_field__``, and these names for string
+#: annotations. Extensions (``jaxstruct.abc``'s ``AbstractVar``) add to it.
+not_a_field_names: set[str] = {"ClassVar"}
+
 _MUTABLE_DEFAULTS = (list, dict, set, bytearray)
 
 SHADOW_HELP = """\
@@ -86,13 +93,12 @@ def _own_annotations(ns: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_classvar(annotation: Any) -> bool:
+    """Whether an annotation declares a class variable or another non-field (``AbstractVar``)."""
     if isinstance(annotation, str):
-        text = annotation.replace(" ", "")
-        return text.startswith(("ClassVar", "typing.ClassVar", "t.ClassVar", "typing_extensions.ClassVar"))
+        head = annotation.replace(" ", "").split("[", 1)[0].rpartition(".")[2]
+        return head in not_a_field_names
     origin = getattr(annotation, "__origin__", annotation)
-    import typing
-
-    return origin is typing.ClassVar
+    return origin is typing.ClassVar or bool(getattr(origin, "__jaxstruct_not_a_field__", False))
 
 
 def _fail(cls_name: str, message: str) -> StructDefinitionError:
