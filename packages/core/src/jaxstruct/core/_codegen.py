@@ -17,7 +17,7 @@ from ._fields import MISSING
 from ._layout import AUX, CHILDREN, Layout
 from ._lifecycle import SAFE_STATIC_TYPES, check_static, finish
 
-__all__ = ["FACTORY", "lazy_init", "lazy_unflatten", "generate_init"]
+__all__ = ["FACTORY", "generate_init", "lazy_init", "lazy_unflatten"]
 
 _osa = object.__setattr__
 _new = object.__new__
@@ -117,7 +117,7 @@ def generate_init(cls: type) -> Any:
         + "\n  return __init__\n"
     )
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<jaxstruct {cls.__qualname__}.__init__>", "exec"), namespace)  # noqa: S102 - source is built from field names only
+    exec(compile(source, f"<jaxstruct {cls.__qualname__}.__init__>", "exec"), namespace)
     init = namespace["_js_make"](**env)
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
@@ -128,7 +128,9 @@ def generate_init(cls: type) -> Any:
     return init
 
 
-def _stub_unflatten(_js_aux: Any, _js_children: Any, *, _js_cls: Any = None, _js_fn: Any = None) -> Any:
+def _stub_unflatten(
+    _js_aux: Any, _js_children: Any, *, _js_cls: Any = None, _js_fn: Any = None
+) -> Any:
     fast = _generate_unflatten(_js_cls)
     _js_fn.__code__ = fast.__code__
     _js_fn.__kwdefaults__ = fast.__kwdefaults__
@@ -183,7 +185,7 @@ def _generate_unflatten(cls: type) -> Any:
         + "\n"
     )
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<jaxstruct {cls.__qualname__}.unflatten>", "exec"), namespace)  # noqa: S102 - source is built from field names only
+    exec(compile(source, f"<jaxstruct {cls.__qualname__}.unflatten>", "exec"), namespace)
     fast = namespace["unflatten"]
     fast.__kwdefaults__ = {"_js_cls": cls, "_js_new": _new, "_js_osa": _osa}
     return fast

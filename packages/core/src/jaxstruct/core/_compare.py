@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 __all__ = ["hash_fields", "values_equal"]
 
@@ -15,7 +16,7 @@ def _is_array(x: Any) -> bool:
 
 
 def _arrays_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+    if isinstance(a, Tracer) or isinstance(b, Tracer):
         # Values are unknown while tracing; only the very same tracer is equal.
         return a is b
     if not (_is_array(a) and _is_array(b)):
@@ -47,14 +48,20 @@ def _leaf_equal(a: Any, b: Any) -> bool:
         return False
 
 
+def _is_struct(x: Any) -> bool:
+    return hasattr(type(x), "__struct_layout__")
+
+
 def values_equal(a: Any, b: Any) -> bool:
     """Compare two field values: pytree structure, then leaf by leaf (arrays by value)."""
     if a is b:
         return True
     if _is_array(a) or _is_array(b):
         return _arrays_equal(a, b)
-    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
-    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    # Nested structs are compared by their own __eq__, so their compare=False
+    # fields (and opaque fields, carried by identity in the aux data) are ignored.
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a, is_leaf=_is_struct)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b, is_leaf=_is_struct)
     if tree_a.num_leaves == 1 and tree_a.num_nodes == 1:
         # A plain leaf (a number, a string, an unregistered object).
         return tree_b.num_nodes == 1 and tree_b.num_leaves == 1 and _leaf_equal(a, b)

@@ -99,7 +99,7 @@ class FieldSpec:
         default: Any = MISSING,
         default_factory: Any = MISSING,
         init: bool = True,
-        repr: bool = True,  # noqa: A002 - mirrors dataclasses.field
+        repr: bool = True,
         compare: bool = True,
         serialize: bool | None = None,
         kw_only: bool = False,
@@ -116,7 +116,9 @@ class FieldSpec:
                 "static=True and pytree=False both given; a field is either static aux data "
                 "(static=True) or invisible to JAX (pytree=False), drop one of them"
             )
-        self.kind = FieldKind.OPAQUE if not pytree else FieldKind.STATIC if static else FieldKind.NODE
+        self.kind = (
+            FieldKind.OPAQUE if not pytree else FieldKind.STATIC if static else FieldKind.NODE
+        )
         if default is not MISSING and default_factory is not MISSING:
             problems.append(
                 "both default and default_factory are given; keep default= for an immutable "
@@ -251,7 +253,7 @@ def field(
     static: bool = ...,
     pytree: bool = ...,
     init: bool = ...,
-    repr: bool = ...,  # noqa: A002
+    repr: bool = ...,
     compare: bool = ...,
     serialize: bool | None = ...,
     kw_only: bool = ...,
@@ -268,7 +270,7 @@ def field(
     static: bool = ...,
     pytree: bool = ...,
     init: bool = ...,
-    repr: bool = ...,  # noqa: A002
+    repr: bool = ...,
     compare: bool = ...,
     serialize: bool | None = ...,
     kw_only: bool = ...,
@@ -284,7 +286,7 @@ def field(
     static: bool = ...,
     pytree: bool = ...,
     init: bool = ...,
-    repr: bool = ...,  # noqa: A002
+    repr: bool = ...,
     compare: bool = ...,
     serialize: bool | None = ...,
     kw_only: bool = ...,
@@ -302,7 +304,7 @@ def field(
     default: Any = MISSING,
     default_factory: Any = MISSING,
     init: bool = True,
-    repr: bool = True,  # noqa: A002 - mirrors dataclasses.field
+    repr: bool = True,
     compare: bool = True,
     serialize: bool | None = None,
     kw_only: bool = False,
@@ -380,7 +382,7 @@ def required_positional(fn: Callable[..., Any]) -> int | None:
         return None
     count = 0
     for param in sig.parameters.values():
-        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
-            if param.default is param.empty:
-                count += 1
+        positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+        if positional and param.default is param.empty:
+            count += 1
     return count

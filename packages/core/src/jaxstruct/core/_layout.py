@@ -15,7 +15,7 @@ from jax.tree_util import GetAttrKey
 
 from ._fields import FieldKind, FieldSpec, required_positional
 
-__all__ = ["CHILDREN", "AUX", "Layout", "Opaque"]
+__all__ = ["AUX", "CHILDREN", "Layout", "Opaque"]
 
 # Instance attributes caching the flattened form; read by a C-level attrgetter.
 CHILDREN = "_jaxstruct_children"
@@ -96,7 +96,9 @@ class Layout:
         post_init = getattr(cls, "__post_init__", None)
         self.post_init: Callable[[Any], None] | None = post_init
         self.checks: tuple[Callable[[Any], Any], ...] = tuple(
-            c.__dict__["__check_init__"] for c in reversed(cls.__mro__) if "__check_init__" in c.__dict__
+            c.__dict__["__check_init__"]
+            for c in reversed(cls.__mro__)
+            if "__check_init__" in c.__dict__
         )
         self.user_init = user_init
         self.has_hooks = bool(

@@ -2,8 +2,8 @@
 
 Order (the specification's): assign with converters; derived fields; the user's
 ``__post_init__`` (the instance is still mutable); derived fields again;
-static-field checks and validators; ``__check_init__`` invariants; freeze.
-Unflattening never comes here.
+static-field checks and validators; freeze; ``__check_init__`` invariants (on
+the frozen instance). Unflattening never comes here.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from ._layout import AUX, CHILDREN, Layout
 __all__ = [
     "SAFE_STATIC_TYPES",
     "assign_arguments",
-    "compute_derived",
     "building",
     "check_static",
+    "compute_derived",
     "finish",
     "invalidate",
     "new_from_values",
@@ -113,8 +113,6 @@ def _validate(obj: Any, layout: Layout) -> None:
                         f"{getattr(fn, '__qualname__', fn)!r} rejected {_short(value)}; "
                         "pass a value it accepts"
                     )
-    for check in layout.checks:
-        check(obj)
 
 
 def _truthy(result: Any) -> bool:
@@ -163,6 +161,16 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
         if fresh:
             ids.discard(key)
     invalidate(obj)
+    if layout.checks:
+        # __check_init__ sees the frozen instance (as in equinox): an invariant
+        # check that assigns a field is a bug, so it raises FrozenStructError.
+        ids.discard(key)
+        try:
+            for check in layout.checks:
+                check(obj)
+        finally:
+            if not fresh:
+                ids.add(key)
 
 
 def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, convert: bool) -> Any:
@@ -203,7 +211,9 @@ def field_spec(layout: Layout, name: str) -> FieldSpec | None:
     return layout.by_name.get(name)
 
 
-def assign_arguments(obj: Any, layout: Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def assign_arguments(
+    obj: Any, layout: Layout, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     """Bind constructor arguments to fields generically (the slow path of ``__init__``)."""
     cls = layout.cls
     positional = [f for f in layout.init_fields if not f.kw_only]

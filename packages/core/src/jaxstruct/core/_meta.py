@@ -141,7 +141,9 @@ class StructMeta(abc.ABCMeta):
         user_init = ns.get("__init__")
         if user_init is not None:
             if not init and not _adopted_init:
-                raise _fail(qual, "init=False conflicts with the __init__ defined in the class body")
+                raise _fail(
+                    qual, "init=False conflicts with the __init__ defined in the class body"
+                )
             ns["__init__"] = wrap_user_init(user_init)
         cls = super().__new__(mcls, name, bases, ns, **kwargs)
         fields = dict(inherited)
@@ -202,7 +204,9 @@ def _collect_own_fields(
         if _is_classvar(annotation):
             continue
         if fname.startswith(("_jaxstruct", "_js_")):
-            raise _fail(qual, f"field name {fname!r} uses a prefix reserved for jaxstruct; rename it")
+            raise _fail(
+                qual, f"field name {fname!r} uses a prefix reserved for jaxstruct; rename it"
+            )
         if fname in RESERVED:
             raise _fail(
                 qual,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from typing_extensions import dataclass_transform
 
@@ -31,9 +32,11 @@ def _metaclass_for(cls: type) -> type:
 
 def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> None:
     for f in dataclasses.fields(cls):
-        ns[f.name] = field(
-            default=f.default,
-            default_factory=f.default_factory,
+        default: Any = MISSING if f.default is dataclasses.MISSING else f.default
+        factory: Any = MISSING if f.default_factory is dataclasses.MISSING else f.default_factory
+        ns[f.name] = FieldSpec(
+            default=default,
+            default_factory=factory,
             init=f.init,
             repr=f.repr,
             compare=f.compare,
@@ -97,7 +100,7 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
             _from_stdlib_dataclass(original, ns)
             adopted = False
         else:
-            annotations = dict(original.__dict__.get("__annotations__", {}))
+            annotations = dict(inspect.get_annotations(original))
             ns["__annotations__"] = annotations
             for attr in annotations:
                 if attr in original.__dict__:
@@ -123,5 +126,17 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
     return wrap(cls)
 
 
-dataclass = register_class
-"""Alias of :func:`register_class`, for code that thinks of structs as frozen dataclasses."""
+if TYPE_CHECKING:
+    # mypy does not carry dataclass_transform through a plain alias assignment, so
+    # type checkers see a declaration of their own; at runtime it is the same function.
+    @overload
+    def dataclass(cls: T, /) -> T: ...
+    @overload
+    def dataclass(*, name: str | None = None) -> Callable[[T], T]: ...
+    @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+    def dataclass(cls: Any = None, /, *, name: str | None = None) -> Any:
+        """Alias of :func:`register_class`."""
+
+else:
+    dataclass = register_class
+    """Alias of :func:`register_class`, for code that thinks of structs as frozen dataclasses."""

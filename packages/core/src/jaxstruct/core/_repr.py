@@ -13,7 +13,9 @@ def format_value(value: Any) -> str:
     """Format a field value; arrays and tracers become ``dtype[shape]``."""
     if _looks_like_array(value):
         shape = ",".join(str(d) for d in value.shape)
-        return f"{np.dtype(value.dtype).name if _is_np_dtype(value.dtype) else value.dtype}[{shape}]"
+        return (
+            f"{np.dtype(value.dtype).name if _is_np_dtype(value.dtype) else value.dtype}[{shape}]"
+        )
     kind = type(value)
     if kind is list:
         return "[" + ", ".join(format_value(v) for v in value) + "]"
@@ -34,8 +36,10 @@ def _is_np_dtype(dtype: Any) -> bool:
 
 
 def _looks_like_array(value: Any) -> bool:
-    if isinstance(value, np.generic) or isinstance(value, type):
+    if isinstance(value, np.generic | type):
         return False
-    return hasattr(value, "shape") and hasattr(value, "dtype") and isinstance(
-        getattr(value, "shape", None), tuple
+    return (
+        hasattr(value, "shape")
+        and hasattr(value, "dtype")
+        and isinstance(getattr(value, "shape", None), tuple)
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import reprlib
 from collections import OrderedDict
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import jax
 
@@ -79,7 +79,8 @@ class Struct(metaclass=StructMeta):
         1
     """
 
-    __struct_layout__: Layout
+    # ClassVar: dataclass_transform would otherwise make it a constructor parameter.
+    __struct_layout__: ClassVar[Layout]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Assign fields from arguments for any struct class (used by ``super().__init__``)."""
@@ -124,7 +125,7 @@ class Struct(metaclass=StructMeta):
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: fills the flattened-form cache.
-        if name == CHILDREN or name == AUX:
+        if name in (CHILDREN, AUX):
             layout = type(self).__struct_layout__
             children = tuple(getattr(self, n) for n in layout.node_names)
             aux = tuple(getattr(self, n) for n in layout.aux_names)
@@ -200,7 +201,9 @@ class Struct(metaclass=StructMeta):
             >>> import jaxstruct.core as js
             >>> class Bag(js.Struct):
             ...     items: list
-            ...     size: int = js.field(static=True, init=False, derived=lambda self: len(self.items))
+            ...     size: int = js.field(
+            ...         static=True, init=False, derived=lambda self: len(self.items)
+            ...     )
             >>> bag = Bag(items=[1, 2])
             >>> bag.items.append(3)
             >>> bag.rederive().size
@@ -311,6 +314,7 @@ def _plain(value: Any, include_opaque: bool) -> Any:
         return tuple(_plain(v, include_opaque) for v in value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return kind(*(_plain(v, include_opaque) for v in value))
-    if kind is dict:
-        return {k: _plain(v, include_opaque) for k, v in value.items()}
+    if isinstance(value, dict) and kind is dict:
+        mapping: dict[Any, Any] = value
+        return {k: _plain(v, include_opaque) for k, v in mapping.items()}
     return value

@@ -37,6 +37,12 @@ class _MalformedReferenceError(ClassReferenceError, ValueError):
 class _MissingModuleError(ClassReferenceError, ImportError):
     """The module part of a reference cannot be imported."""
 
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        # LookupError precedes ImportError in the MRO, and its __init__ rejects
+        # ImportError's name= keyword; set the attribute ourselves.
+        super().__init__(message)
+        self.name = name
+
 
 class _MissingAttributeError(ClassReferenceError, AttributeError):
     """The module exists but has no object at the qualified name."""

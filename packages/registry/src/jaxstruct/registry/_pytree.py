@@ -208,7 +208,9 @@ def _register_with_jax(spec: PytreeSpec) -> None:
                 if current.flatten_with_keys is not None:
                     return current.flatten_with_keys(obj)
                 children, aux = current.flatten(obj)
-                return [(jax.tree_util.FlattenedIndexKey(i), c) for i, c in enumerate(children)], aux
+                return [
+                    (jax.tree_util.FlattenedIndexKey(i), c) for i, c in enumerate(children)
+                ], aux
 
             try:
                 jax.tree_util.register_pytree_with_keys(cls, flat_keys, unflat, flat)
@@ -268,7 +270,7 @@ def register_attrs_type(
     get_nodes = _tuple_getter(nodes)
     get_statics = _tuple_getter(statics)
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in nodes)
-    new = cls.__new__
+    new: Any = cls.__new__
     setattr_ = object.__setattr__
 
     def flatten(obj: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -356,7 +358,11 @@ def resolve_pytree_spec(cls_or_ref: type | str, *, allow_import: bool = True) ->
         ...
         jaxstruct.registry._errors.ClassReferenceError: ...
     """
-    cls = resolve_class(cls_or_ref, allow_import=allow_import) if isinstance(cls_or_ref, str) else cls_or_ref
+    cls = (
+        resolve_class(cls_or_ref, allow_import=allow_import)
+        if isinstance(cls_or_ref, str)
+        else cls_or_ref
+    )
     spec = _specs.get(cls)
     if spec is None:
         name = getattr(cls, "__qualname__", repr(cls))
