@@ -14,10 +14,10 @@ import types
 from typing import Any
 
 from ._fields import MISSING
-from ._layout import AUX, CHILDREN, Layout
+from ._layout import FLAT, Layout, Opaque
 from ._lifecycle import SAFE_STATIC_TYPES, check_static, finish
 
-__all__ = ["FACTORY", "generate_init", "lazy_init", "lazy_unflatten"]
+__all__ = ["FACTORY", "generate_init", "generate_replace", "lazy_init", "lazy_unflatten"]
 
 _osa = object.__setattr__
 _new = object.__new__
@@ -106,6 +106,14 @@ def generate_init(cls: type) -> Any:
                 f"    if type(_js_self.{name}) not in _js_SAFE: "
                 f"_js_check(_js_cls, {name!r}, _js_self.{name})"
             )
+        # The flattened form read by the C-level flatten (see set_caches).
+        children = "".join(f"_js_self.{n}, " for n in layout.node_names)
+        aux = "".join(f"_js_self.{n}, " for n in layout.aux_names)
+        if layout.opaque_names:
+            env["_js_Opaque"] = Opaque
+            opaque = "".join(f"_js_self.{n}, " for n in layout.opaque_names)
+            aux += f"_js_Opaque(({opaque})), "
+        body.append(f"    _js_osa(_js_self, {FLAT!r}, (({children}), ({aux})))")
     if not body:
         body.append("    pass")
     signature = ", ".join(["_js_self", *params, *(["*", *kwonly] if kwonly else [])])
@@ -176,8 +184,7 @@ def _generate_unflatten(cls: type) -> Any:
             f"    _js_osa(_js_self, {name!r}, _js_o{i})"
             for i, name in enumerate(layout.opaque_names)
         ]
-    lines.append(f"    _js_osa(_js_self, {CHILDREN!r}, _js_children)")
-    lines.append(f"    _js_osa(_js_self, {AUX!r}, _js_aux)")
+    lines.append(f"    _js_osa(_js_self, {FLAT!r}, (_js_children, _js_aux))")
     lines.append("    return _js_self")
     source = (
         "def unflatten(_js_aux, _js_children, *, _js_cls, _js_new, _js_osa):\n"
@@ -188,4 +195,68 @@ def _generate_unflatten(cls: type) -> Any:
     exec(compile(source, f"<jaxstruct {cls.__qualname__}.unflatten>", "exec"), namespace)
     fast = namespace["unflatten"]
     fast.__kwdefaults__ = {"_js_cls": cls, "_js_new": _new, "_js_osa": _osa}
+    return fast
+
+
+def generate_replace(layout: Layout) -> Any:
+    """Compile ``replace`` for a class without lifecycle hooks (converters are fine).
+
+    Unchanged fields are copied as they are; changed ones are converted and, if
+    static, checked; the flattened form is rebuilt from the new values.
+    """
+    cls = layout.cls
+    resolved = layout.resolve()
+    env: dict[str, Any] = {
+        "_js_osa": _osa,
+        "_js_new": _new,
+        "_js_cls": cls,
+        "_js_names": frozenset(layout.by_name),
+        "_js_SAFE": SAFE_STATIC_TYPES,
+        "_js_check": check_static,
+        "_js_Opaque": Opaque,
+    }
+    body = [
+        "    for _js_k in _js_changes:",
+        "        if _js_k not in _js_names: return None",
+        "    _js_n = _js_new(_js_cls)",
+        "    _js_get = _js_changes.get",
+    ]
+    static_checked = set(layout.static_checked)
+    for i, spec in enumerate(layout.fields):
+        name = spec.name
+        local = f"_js_v{i}"
+        body.append(f"    {local} = _js_get({name!r}, _js_self.{name})")
+        if spec.converter is not None:
+            env[f"_js_c_{name}"] = spec.converter
+            call = (
+                f"_js_c_{name}(_js_n, {local})"
+                if resolved["converters"][name]
+                else f"_js_c_{name}({local})"
+            )
+            body.append(f"    if {name!r} in _js_changes: {local} = {call}")
+        if name in static_checked:
+            body.append(
+                f"    if type({local}) not in _js_SAFE and {name!r} in _js_changes: "
+                f"_js_check(_js_cls, {name!r}, {local})"
+            )
+        body.append(f"    _js_osa(_js_n, {name!r}, {local})")
+    index = {spec.name: i for i, spec in enumerate(layout.fields)}
+    children = "".join(f"_js_v{index[n]}, " for n in layout.node_names)
+    aux = "".join(f"_js_v{index[n]}, " for n in layout.aux_names)
+    if layout.opaque_names:
+        opaque = "".join(f"_js_v{index[n]}, " for n in layout.opaque_names)
+        aux += f"_js_Opaque(({opaque})), "
+    body.append(f"    _js_osa(_js_n, {FLAT!r}, (({children}), ({aux})))")
+    body.append("    return _js_n")
+    names = ", ".join(env)
+    source = (
+        f"def _js_make({names}):\n"
+        "  def replace(_js_self, _js_changes):\n"
+        + "\n".join("  " + line for line in body)
+        + "\n  return replace\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<jaxstruct {cls.__qualname__}.replace>", "exec"), namespace)
+    fast = namespace["_js_make"](**env)
+    layout.fast_replace = fast
     return fast

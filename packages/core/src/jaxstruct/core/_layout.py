@@ -15,11 +15,11 @@ from jax.tree_util import GetAttrKey
 
 from ._fields import FieldKind, FieldSpec, required_positional
 
-__all__ = ["AUX", "CHILDREN", "Layout", "Opaque"]
+__all__ = ["FLAT", "Layout", "Opaque"]
 
-# Instance attributes caching the flattened form; read by a C-level attrgetter.
-CHILDREN = "_jaxstruct_children"
-AUX = "_jaxstruct_aux"
+# Instance attribute caching the flattened form ``(children, aux)``; flatten is
+# ``operator.attrgetter(FLAT)``, so JAX flattens a struct without calling Python.
+FLAT = "_jaxstruct_flat"
 
 
 class Opaque:
@@ -60,6 +60,7 @@ class Layout:
         "compare_names",
         "converters",
         "derived",
+        "fast_replace",
         "fields",
         "has_hooks",
         "init_fields",
@@ -101,11 +102,21 @@ class Layout:
             if "__check_init__" in c.__dict__
         )
         self.user_init = user_init
+        # An init=False field without a default is assigned by __post_init__ or
+        # not at all; only finish() reports the second case, so it counts as a hook.
+        unassigned = any(not f.init and not f.has_default and f.derived is None for f in fields)
         self.has_hooks = bool(
-            self.derived or self.validated or post_init is not None or self.checks or user_init
+            self.derived
+            or self.validated
+            or post_init is not None
+            or self.checks
+            or user_init
+            or unassigned
         )
         # Filled by resolve(): (spec, takes_self) pairs per hook.
         self.resolved: dict[str, Any] | None = None
+        # Specialised replace for classes without hooks, compiled on first use.
+        self.fast_replace: Callable[[Any, dict[str, Any]], Any] | None = None
 
     def resolve(self) -> dict[str, Any]:
         """Decide hook arities once (inspecting signatures, never calling) and cache them."""

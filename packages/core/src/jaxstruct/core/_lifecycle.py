@@ -17,7 +17,7 @@ import numpy as np
 
 from ._errors import ValidationError
 from ._fields import MISSING, FieldSpec
-from ._layout import AUX, CHILDREN, Layout
+from ._layout import FLAT, Layout, Opaque
 
 __all__ = [
     "SAFE_STATIC_TYPES",
@@ -28,6 +28,7 @@ __all__ = [
     "finish",
     "invalidate",
     "new_from_values",
+    "set_caches",
 ]
 
 _osa = object.__setattr__
@@ -54,11 +55,27 @@ def invalidate(obj: Any) -> None:
     """Drop the cached flattened form after a field changed during construction."""
     # Never touch obj.__dict__ on a hot path: on CPython 3.11 materialising it
     # moves the instance off the inline-values layout and slows every later read.
-    for name in (CHILDREN, AUX):
-        try:
-            object.__delattr__(obj, name)
-        except AttributeError:
-            pass
+    try:
+        object.__delattr__(obj, FLAT)
+    except AttributeError:
+        pass
+
+
+def set_caches(obj: Any, layout: Layout) -> None:
+    """Store the flattened form ``(children, aux)`` that flatten reads.
+
+    Flatten is ``operator.attrgetter`` of this one attribute, so JAX
+    flattens a struct without calling Python. They are filled whenever an
+    instance is completed (construction, ``replace``, ``build``, ``rederive``)
+    and by unflatten. (A lazy ``__getattr__`` would be cheaper to build but on
+    CPython 3.11 any ``__getattr__`` makes every attribute read several times
+    slower.)
+    """
+    children = tuple([getattr(obj, n) for n in layout.node_names])
+    aux = tuple([getattr(obj, n) for n in layout.aux_names])
+    if layout.opaque_names:
+        aux += (Opaque(tuple([getattr(obj, n) for n in layout.opaque_names])),)
+    _osa(obj, FLAT, (children, aux))
 
 
 def check_static(cls: type, name: str, value: Any) -> None:
@@ -160,7 +177,7 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
     finally:
         if fresh:
             ids.discard(key)
-    invalidate(obj)
+    set_caches(obj, layout)
     if layout.checks:
         # __check_init__ sees the frozen instance (as in equinox): an invariant
         # check that assigns a field is a bug, so it raises FrozenStructError.

@@ -21,12 +21,12 @@ from typing_extensions import dataclass_transform
 from ._codegen import lazy_init, lazy_unflatten
 from ._errors import StructDefinitionError
 from ._fields import MISSING, FieldSpec, field
-from ._layout import AUX, CHILDREN, Layout
+from ._layout import FLAT, Layout
 from ._userinit import wrap_user_init
 
 __all__ = ["StructMeta", "class_options", "extension_keywords"]
 
-_flatten = operator.attrgetter(CHILDREN, AUX)
+_flatten = operator.attrgetter(FLAT)
 
 #: Names of the ``Struct`` API that a field may not shadow on instances.
 RESERVED = frozenset(
@@ -305,7 +305,7 @@ def _register(cls: type, layout: Layout) -> None:
 
     def flatten_with_keys(obj: Any) -> tuple[Any, Any]:
         children, aux = _flatten(obj)
-        return zip(keys, children, strict=True), aux
+        return zip(keys, children), aux  # noqa: B905 - same length by construction; strict costs
 
     unflatten = lazy_unflatten(cls)
     jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, _flatten)

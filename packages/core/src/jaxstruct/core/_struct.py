@@ -12,7 +12,7 @@ import jax
 from ._compare import hash_fields, values_equal
 from ._errors import FrozenStructError, MissingDistributionError
 from ._fields import MISSING, FieldKind, FieldSpec
-from ._layout import AUX, CHILDREN, Layout, Opaque
+from ._layout import Layout
 from ._lifecycle import (
     SAFE_STATIC_TYPES,
     assign_arguments,
@@ -20,6 +20,7 @@ from ._lifecycle import (
     check_static,
     finish,
     invalidate,
+    set_caches,
 )
 from ._meta import StructMeta
 from ._repr import format_value
@@ -123,19 +124,6 @@ class Struct(metaclass=StructMeta):
             f"cannot delete {name!r}: {type(self).__qualname__} instances are frozen"
         )
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: fills the flattened-form cache.
-        if name in (CHILDREN, AUX):
-            layout = type(self).__struct_layout__
-            children = tuple(getattr(self, n) for n in layout.node_names)
-            aux = tuple(getattr(self, n) for n in layout.aux_names)
-            if layout.opaque_names:
-                aux += (Opaque(tuple(getattr(self, n) for n in layout.opaque_names)),)
-            _osa(self, CHILDREN, children)
-            _osa(self, AUX, aux)
-            return children if name == CHILDREN else aux
-        raise AttributeError(f"{type(self).__qualname__!r} object has no attribute {name!r}")
-
     # -- updating ---------------------------------------------------------------------
     def replace(self: S, **changes: Any) -> S:
         """Return a copy with some fields changed, running the lifecycle again.
@@ -157,6 +145,15 @@ class Struct(metaclass=StructMeta):
         """
         cls = type(self)
         layout = cls.__struct_layout__
+        fast = layout.fast_replace
+        if fast is None and not layout.has_hooks and not layout.derived:
+            from ._codegen import generate_replace
+
+            fast = generate_replace(layout)
+        if fast is not None:
+            new = fast(self, changes)
+            if new is not None:
+                return new
         by_name = layout.by_name
         for name in changes:
             spec = by_name.get(name)
@@ -190,6 +187,7 @@ class Struct(metaclass=StructMeta):
                     value = getattr(new, name)
                     if type(value) not in SAFE_STATIC_TYPES:
                         check_static(cls, name, value)
+            set_caches(new, layout)
         return new
 
     def rederive(self: S) -> S:
@@ -214,7 +212,7 @@ class Struct(metaclass=StructMeta):
             from ._lifecycle import compute_derived
 
             compute_derived(self, layout)
-            invalidate(self)
+            set_caches(self, layout)
         return self
 
     # -- protocol ---------------------------------------------------------------------
@@ -302,6 +300,22 @@ class Struct(metaclass=StructMeta):
     def load(cls: type[S], path: Any, **kwargs: Any) -> S:
         """Read a checkpoint written by :meth:`export` (needs ``jaxstruct-io``)."""
         return _expect(cls, _io().load(path, **kwargs), f"checkpoint {str(path)!r}")
+
+    # -- selection --------------------------------------------------------------------
+    def select(self) -> Any:
+        """Return a :class:`Selection` holding this instance (same as ``select(self)``).
+
+        Example:
+            >>> import jaxstruct.core as js
+            >>> class P(js.Struct):
+            ...     a: int
+            ...     b: int
+            >>> P(a=1, b=2).select().at(lambda p: p.b).apply(lambda v: v * 10)
+            P(a=1, b=20)
+        """
+        from ._select import select
+
+        return select(self)
 
 
 def _plain(value: Any, include_opaque: bool) -> Any:
