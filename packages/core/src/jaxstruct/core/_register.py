@@ -109,7 +109,15 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
             if adopted:
                 ns["__init__"] = original.__dict__["__init__"]
         meta = _metaclass_for(original)
-        new = meta(new_name, (original, Struct), ns, _adopted_init=adopted)
+        # A stdlib dataclass's generated __init__ is replaced by ours on purpose (its
+        # fields were taken over above); any other inherited __init__ is still checked.
+        new = meta(
+            new_name,
+            (original, Struct),
+            ns,
+            _adopted_init=adopted,
+            overwrite_parent_init=dataclasses.is_dataclass(original),
+        )
         # The original's class attributes holding field() specs or defaults are now
         # fields of the struct; remove them so they cannot shadow instance values.
         for attr in list(ns.get("__annotations__", {})):
