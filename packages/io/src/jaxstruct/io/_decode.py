@@ -1,0 +1,631 @@
+"""Rebuilding a value from a checked state dict, in one forward pass over the node table.
+
+Nothing here imports a module or touches a class unless the class was
+registered in this process, given through ``load_cls``, or lives in a module
+listed in ``allow_imports``. Every problem, including exceptions raised by
+user code (converters, validators, deserializers, codecs), surfaces as a
+:class:`~jaxstruct.registry.SerializationError` naming the source and the path
+of the value in the tree.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import math
+import pathlib
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from jaxstruct.registry import (
+    ClassReferenceError,
+    SerializationError,
+    class_ref,
+    lookup_class,
+    resolve_class,
+    resolve_pytree_spec,
+)
+
+from ._dtypes import parse_dtype
+from ._limits import Limits
+from ._structs import build_struct, struct_fields
+
+__all__ = ["Resolver", "decode_state"]
+
+_PATHS = {
+    cls.__name__: cls
+    for cls in (
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+        pathlib.PosixPath,
+        pathlib.WindowsPath,
+    )
+}
+_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
+    "list": list,
+    "tuple": tuple,
+    "set": set,
+    "frozenset": frozenset,
+}
+
+
+class _NodeError(Exception):
+    """A problem with one node; the decoder adds the source and tree path."""
+
+
+class Resolver:
+    """Turns class references into classes, following the loading rules.
+
+    Args:
+        load_cls: a class (used for the root value) or a mapping from
+            references to classes.
+        allow_imports: module names (or package prefixes) that may be imported
+            to find a class.
+    """
+
+    def __init__(self, load_cls: Any, allow_imports: Iterable[str]) -> None:
+        self.overrides: dict[str, type] = {}
+        self.root_cls: type | None = None
+        if isinstance(load_cls, type):
+            self.root_cls = load_cls
+        elif isinstance(load_cls, Mapping):
+            for ref, cls in load_cls.items():
+                if not isinstance(ref, str) or not isinstance(cls, type):
+                    raise TypeError(
+                        "load_cls mapping must map 'module:QualName' strings to classes, "
+                        f"got {ref!r}: {cls!r}"
+                    )
+                self.overrides[ref] = cls
+        elif load_cls is not None:
+            raise TypeError(
+                f"load_cls expected a class or a mapping of references to classes, got {load_cls!r}"
+            )
+        if isinstance(allow_imports, str):
+            allow_imports = (allow_imports,)
+        self.allow = tuple(allow_imports)
+        for name in self.allow:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"allow_imports expected module names, got {name!r}")
+
+    def _importable(self, module: str) -> bool:
+        return any(module == a or module.startswith(a + ".") for a in self.allow)
+
+    def resolve(self, ref: object, what: str) -> type:
+        if not isinstance(ref, str):
+            raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
+        cls = self.overrides.get(ref) or lookup_class(ref)
+        if cls is not None:
+            return cls
+        module = ref.partition(":")[0]
+        if self._importable(module):
+            try:
+                return resolve_class(ref, allow_import=True)
+            except ClassReferenceError as err:
+                raise _NodeError(str(err)) from None
+        raise _NodeError(
+            f"{what} class {ref!r} is not known to this process, and loading never imports "
+            "modules on its own. Either (1) import or define the class before loading (Struct "
+            "subclasses and registered pytree types are found automatically; other classes via "
+            "jaxstruct.registry.register_class_ref), (2) pass load_cls=TheClass (or "
+            f"load_cls={{{ref!r}: TheClass}}), or (3) if you trust this file, allow importing "
+            f"its module with allow_imports=[{module!r}]"
+        )
+
+
+def _int(value: object) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and len(value) > 2 and value.lstrip("-").startswith("0x"):
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    raise _NodeError(f"malformed int {_clip(value)}")
+
+
+def _float(value: object) -> float:
+    if type(value) is float:
+        return value
+    if isinstance(value, str) and len(value) == 16:
+        try:
+            x = struct.unpack(">d", bytes.fromhex(value))[0]
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(x):
+                return x
+    raise _NodeError(f"malformed float {_clip(value)}")
+
+
+def _clip(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise _NodeError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+class _Decoder:
+    def __init__(
+        self,
+        nodes: list[Any],
+        meta: Mapping[str, Any],
+        arrays: Mapping[str, np.ndarray],
+        *,
+        resolver: Resolver,
+        limits: Limits,
+        source: str,
+    ) -> None:
+        self.nodes = nodes
+        self.meta = meta
+        self.arrays = arrays
+        self.resolver = resolver
+        self.limits = limits
+        self.source = source
+        self.out: list[Any] = []
+        self.used = bytearray(len(nodes))
+        self.arrays_used: set[str] = set()
+        self._jax_ok: bool | None = None
+
+    def fail(self, index: int, problem: str) -> SerializationError:
+        return SerializationError(f"{self.source}: the value at {self.path_of(index)}: {problem}")
+
+    def path_of(self, index: int) -> str:
+        parents: dict[int, tuple[int, str]] = {}
+        for i, node in enumerate(self.nodes):
+            for child, label in _child_labels(node):
+                if isinstance(child, int) and child not in parents:
+                    parents[child] = (i, label)
+        parts: list[str] = []
+        seen = 0
+        while index in parents and seen < 10_000:
+            index, label = parents[index]
+            parts.append(label)
+            seen += 1
+        if seen >= 10_000:
+            return "root...(deep)" + "".join(reversed(parts[:20]))
+        return (
+            "root" + "".join(reversed(parts)) if index == len(self.nodes) - 1 else f"node {index}"
+        )
+
+    def children(self, index: int, items: object) -> list[int]:
+        if not isinstance(items, list):
+            raise _NodeError(f"expected a list of child indices, got {type(items).__name__}")
+        for c in items:
+            if type(c) is not int or not 0 <= c < index:
+                raise _NodeError(f"child index {_clip(c)} does not point to an earlier node")
+            if self.used[c]:
+                raise _NodeError(f"node {c} is used twice; each node must have one parent")
+            self.used[c] = 1
+        return items
+
+    def run(self, root: object) -> Any:
+        n = len(self.nodes)
+        if n == 0 or root != n - 1 or type(root) is not int:
+            raise SerializationError(
+                f"{self.source}: the manifest root must be the index of the last node"
+            )
+        if n > self.limits.max_nodes:
+            raise SerializationError(
+                f"{self.source}: the manifest has {n} nodes, more than max_nodes="
+                f"{self.limits.max_nodes}; if you trust this file, pass a larger max_nodes="
+            )
+        if self.resolver.root_cls is not None:
+            node = self.nodes[root]
+            if (
+                isinstance(node, list)
+                and len(node) > 1
+                and node[0] in {"struct", "pytree", "namedtuple", "enum"}
+            ):
+                if isinstance(node[1], str):
+                    self.resolver.overrides.setdefault(node[1], self.resolver.root_cls)
+            else:
+                raise SerializationError(
+                    f"{self.source}: load_cls={self.resolver.root_cls.__qualname__} was given but "
+                    "the stored value is not an instance of a class"
+                )
+        depth = [0] * n
+        out = self.out
+        max_depth = self.limits.max_depth
+        for i, node in enumerate(self.nodes):
+            try:
+                if not isinstance(node, list) or not node or not isinstance(node[0], str):
+                    raise _NodeError("malformed node: expected a list starting with a tag")
+                handler = _HANDLERS.get(node[0])
+                if handler is None:
+                    raise _NodeError(f"unknown node tag {_clip(node[0])}")
+                value, kids = handler(self, i, node)
+            except _NodeError as err:
+                raise self.fail(i, str(err)) from None
+            except SerializationError as err:
+                raise self.fail(i, str(err)) from err
+            except RecursionError:
+                raise self.fail(i, "rebuilding it exceeded Python's recursion limit") from None
+            except Exception as err:
+                raise self.fail(i, f"rebuilding it failed ({type(err).__name__}: {err})") from err
+            if kids:
+                d = 1 + max(depth[c] for c in kids)
+                if d > max_depth:
+                    raise SerializationError(
+                        f"{self.source}: nesting is deeper than max_depth={max_depth}; if you "
+                        "trust this file, pass a larger max_depth="
+                    )
+                depth[i] = d
+            out.append(value)
+            # Children are no longer needed once their parent holds them.
+            for c in kids:
+                out[c] = None
+        unused = [i for i in range(n - 1) if not self.used[i]]
+        if unused:
+            raise SerializationError(
+                f"{self.source}: the manifest has node {unused[0]} that no other node references"
+            )
+        missing = set(self.meta) - self.arrays_used
+        if missing:
+            raise SerializationError(
+                f"{self.source}: the arrays table lists {sorted(missing)[:5]} which the "
+                "manifest never references"
+            )
+        return out[-1]
+
+    # -- handlers: (decoder, index, node) -> (value, children) ------------------
+
+    def value(self, c: int) -> Any:
+        return self.out[c]
+
+    def array(self, node: list[Any], want_jax: bool) -> Any:
+        if len(node) != 2:
+            raise _NodeError("malformed array node")
+        key = _str(node[1], "array key")
+        if key not in self.arrays or key not in self.meta:
+            raise _NodeError(f"array {key!r} is not in the arrays table")
+        if key in self.arrays_used:
+            raise _NodeError(f"array {key!r} is referenced twice")
+        self.arrays_used.add(key)
+        arr = self.arrays[key]
+        if not want_jax:
+            return arr
+        import jax
+
+        wide = arr.dtype.itemsize == (16 if arr.dtype.kind == "c" else 8)
+        if wide and arr.dtype.kind in "iufc" and not jax.config.read("jax_enable_x64"):
+            raise _NodeError(
+                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
+                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
+                "before loading"
+            )
+        return jax.numpy.asarray(arr)
+
+
+def _child_labels(node: object) -> list[tuple[object, str]]:
+    if not isinstance(node, list) or not node:
+        return []
+    tag = node[0]
+    try:
+        if tag in _SEQUENCES or tag == "namedtuple":
+            items = node[1] if tag in _SEQUENCES else node[2]
+            return [(c, f"[{i}]") for i, c in enumerate(items)]
+        if tag == "dict":
+            items = node[1]
+            return [
+                (c, f".<key {i // 2}>" if i % 2 == 0 else f"[<key {i // 2}>]")
+                for i, c in enumerate(items)
+            ]
+        if tag == "struct":
+            return [(c, f".{name}") for name, c in node[3].items()]
+        if tag == "pytree":
+            return [(node[3], ".<payload>")] + [(c, f".<child {i}>") for i, c in enumerate(node[4])]
+        if tag == "codec":
+            return [(node[2], f".<{node[1]}>")]
+    except (IndexError, TypeError, AttributeError):
+        return []
+    return []
+
+
+def _h_none(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 1:
+        raise _NodeError("malformed none node")
+    return None, []
+
+
+def _h_bool(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2 or type(node[1]) is not bool:
+        raise _NodeError("malformed bool node")
+    return node[1], []
+
+
+def _h_int(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed int node")
+    return _int(node[1]), []
+
+
+def _h_float(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed float node")
+    return _float(node[1]), []
+
+
+def _h_complex(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3:
+        raise _NodeError("malformed complex node")
+    return complex(_float(node[1]), _float(node[2])), []
+
+
+def _h_str(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed str node")
+    return _str(node[1], "str value"), []
+
+
+def _h_bytes(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed bytes node")
+    try:
+        return base64.b64decode(_str(node[1], "bytes value"), validate=True), []
+    except (binascii.Error, ValueError):
+        raise _NodeError("bytes value is not valid base64") from None
+
+
+def _h_path(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3 or node[1] not in _PATHS:
+        raise _NodeError("malformed path node")
+    return _PATHS[node[1]](_str(node[2], "path")), []
+
+
+def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError(f"malformed {node[0]} node")
+    kids = d.children(i, node[1])
+    return _SEQUENCES[node[0]]([d.value(c) for c in kids]), kids
+
+
+def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed dict node")
+    kids = d.children(i, node[1])
+    if len(kids) % 2:
+        raise _NodeError("dict node must list keys and values in pairs")
+    out: dict[Any, Any] = {}
+    for k, v in zip(kids[::2], kids[1::2], strict=True):
+        key = d.value(k)
+        try:
+            if key in out:
+                raise _NodeError(f"dict key {_clip(key)} appears twice")
+        except TypeError:
+            raise _NodeError(f"dict key of type {type(key).__name__} is not hashable") from None
+        out[key] = d.value(v)
+    return out, kids
+
+
+def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3:
+        raise _NodeError("malformed namedtuple node")
+    cls = d.resolver.resolve(node[1], "namedtuple")
+    if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")):
+        raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not a namedtuple class")
+    kids = d.children(i, node[2])
+    if len(kids) != len(cls._fields):  # type: ignore[attr-defined]
+        raise _NodeError(
+            f"namedtuple {cls.__qualname__} has {len(cls._fields)} fields but "  # type: ignore[attr-defined]
+            f"{len(kids)} were stored"
+        )
+    return cls._make(d.value(c) for c in kids), kids  # type: ignore[attr-defined]
+
+
+def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3:
+        raise _NodeError("malformed enum node")
+    cls = d.resolver.resolve(node[1], "enum")
+    if not issubclass(cls, enum.Enum):
+        raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not an Enum")
+    name = _str(node[2], "enum member name")
+    member = cls.__members__.get(name)
+    if member is None:
+        raise _NodeError(f"enum {cls.__qualname__} has no member {name!r}")
+    return member, []
+
+
+def _h_npscalar(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3:
+        raise _NodeError("malformed numpy scalar node")
+    dtype = parse_dtype(node[1], "numpy scalar")
+    try:
+        raw = bytes.fromhex(_str(node[2], "scalar bits"))
+    except ValueError:
+        raise _NodeError("numpy scalar bits are not hex") from None
+    if len(raw) != dtype.itemsize:
+        raise _NodeError(
+            f"numpy scalar of dtype {dtype} needs {dtype.itemsize} bytes, got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=dtype)[0] if dtype.itemsize else np.zeros((), dtype)[()], []
+
+
+def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    return d.array(node, want_jax=node[0] == "jaxarray"), []
+
+
+def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if (
+        len(node) != 4
+        or type(node[2]) is not int
+        or not isinstance(node[3], dict)
+        or not all(isinstance(k, str) for k in node[3])
+    ):
+        raise _NodeError("malformed struct node")
+    ref, stored_version, fields = node[1], node[2], node[3]
+    cls = d.resolver.resolve(ref, "struct")
+    try:
+        spec = resolve_pytree_spec(cls)
+    except ClassReferenceError:
+        spec = None
+    if spec is None or spec.kind != "struct":
+        raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a Struct class")
+    kids = d.children(i, list(fields.values()))
+    values = {name: d.value(c) for name, c in zip(fields, kids, strict=True)}
+    values = _migrate(cls, stored_version, values)
+    return _build(cls, values, ref), kids
+
+
+def _migrate(cls: type, stored: int, values: dict[str, Any]) -> dict[str, Any]:
+    current = getattr(cls, "__struct_version__", 0)
+    if stored == current:
+        return values
+    name = cls.__qualname__
+    if stored > current:
+        raise _NodeError(
+            f"it was written by version {stored} of {name}, newer than this code's version "
+            f"{current}; load it with the newer code"
+        )
+    migrate = getattr(cls, "__struct_migrate__", None)
+    if migrate is None:
+        raise _NodeError(
+            f"it was written by version {stored} of {name}, and this code is version {current} "
+            f"but defines no __struct_migrate__ classmethod to upgrade it"
+        )
+    for version in range(stored, current):
+        try:
+            result = migrate(version, dict(values))
+        except Exception as err:
+            raise _NodeError(
+                f"{name}.__struct_migrate__({version}, ...) failed ({type(err).__name__}: {err})"
+            ) from err
+        if not isinstance(result, Mapping):
+            raise _NodeError(
+                f"{name}.__struct_migrate__({version}, ...) must return a mapping of field "
+                f"values, got {type(result).__name__}"
+            )
+        values = dict(result)
+    return values
+
+
+def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
+    specs = {f.name: f for f in struct_fields(cls)}
+    unknown = [n for n in values if n not in specs or specs[n].is_derived]
+    if unknown:
+        raise _NodeError(
+            f"stored field(s) {unknown} of {ref!r} are not fields of {cls.__qualname__} (derived "
+            "fields are never stored); rename or drop them in a __struct_migrate__ classmethod "
+            "(see __struct_version__)"
+        )
+    missing = [
+        n for n, f in specs.items() if not f.is_derived and not f.has_default and n not in values
+    ]
+    if missing:
+        hint = (
+            " (not stored because of its serialize= policy; give it a default or serialize=True)"
+            if any(not specs[n].should_serialize for n in missing)
+            else ""
+        )
+        raise _NodeError(
+            f"required field(s) {missing} of {cls.__qualname__} are missing from the stored "
+            f"value{hint}; give the field a default, or fill it in a __struct_migrate__ classmethod"
+        )
+    return build_struct(cls, values)
+
+
+def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 5 or node[2] not in ("s", "a"):
+        raise _NodeError("malformed pytree node")
+    ref, mode = node[1], node[2]
+    cls = d.resolver.resolve(ref, "pytree")
+    try:
+        spec = resolve_pytree_spec(cls)
+    except ClassReferenceError:
+        spec = None
+    if spec is None or spec.kind == "struct":
+        raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a registered pytree type")
+    kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
+    payload = d.value(kids[0])
+    children = [d.value(c) for c in kids[1:]]
+    if mode == "s":
+        if spec.deserializer is None:
+            raise _NodeError(
+                f"it was stored with the serializer of {ref!r}, but the class is now registered "
+                "without a deserializer; register it with serializer= and deserializer="
+            )
+        value = spec.deserializer(payload, children)
+    else:
+        value = spec.unflatten(payload, children)
+    if not isinstance(value, cls):
+        raise _NodeError(
+            f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
+        )
+    return value, kids
+
+
+def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3:
+        raise _NodeError("malformed codec node")
+    name = _str(node[1], "codec name")
+    from ._plugins import current_registry
+
+    codec = current_registry().codec_named(name)
+    if codec is None:
+        raise _NodeError(
+            f"it was stored by codec {name!r}, which is not registered; install the plugin that "
+            "provides it (entry-point group 'jaxstruct.io') or register it with "
+            "jaxstruct.io.register_codec()"
+        )
+    kids = d.children(i, [node[2]])
+    value = codec.decode(d.value(kids[0]))
+    if type(value) not in codec.types:
+        raise _NodeError(
+            f"codec {name!r} returned {type(value).__name__}, not one of its declared types"
+        )
+    return value, kids
+
+
+_HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]] = {
+    "none": _h_none,
+    "bool": _h_bool,
+    "int": _h_int,
+    "float": _h_float,
+    "complex": _h_complex,
+    "str": _h_str,
+    "bytes": _h_bytes,
+    "path": _h_path,
+    "list": _h_sequence,
+    "tuple": _h_sequence,
+    "set": _h_sequence,
+    "frozenset": _h_sequence,
+    "dict": _h_dict,
+    "namedtuple": _h_namedtuple,
+    "enum": _h_enum,
+    "npscalar": _h_npscalar,
+    "array": _h_array,
+    "jaxarray": _h_array,
+    "struct": _h_struct,
+    "pytree": _h_pytree,
+    "codec": _h_codec,
+}
+
+
+def decode_state(
+    manifest: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    arrays: Mapping[str, np.ndarray],
+    *,
+    resolver: Resolver,
+    limits: Limits,
+    source: str,
+) -> Any:
+    """Rebuild the value a checked manifest describes."""
+    nodes = manifest.get("nodes")
+    if not isinstance(nodes, list):
+        raise SerializationError(f"{source}: the manifest has no 'nodes' list")
+    decoder = _Decoder(nodes, meta, arrays, resolver=resolver, limits=limits, source=source)
+    value = decoder.run(manifest.get("root"))
+    root_cls = resolver.root_cls
+    if root_cls is not None and not isinstance(value, root_cls):
+        raise SerializationError(
+            f"{source}: expected an instance of {class_ref(root_cls)!r} (load_cls), got "
+            f"{type(value).__module__}.{type(value).__qualname__}"
+        )
+    return value

@@ -1,0 +1,285 @@
+"""Turning a value into a state dict: a flat node table plus the arrays it references.
+
+The manifest is a post-order table of nodes: every node lists the indices of
+its children, which always come earlier in the table, and the last node is the
+root. Writing and reading it needs no recursion, so a tree nested 10,000 levels
+deep is as easy as a flat one, and a reader can check the whole table (each
+child referenced once, indices only pointing backwards) in one forward pass.
+
+Each node is a JSON array whose first item is a tag:
+
+====================  =====================================================
+``["none"]``          ``None``
+``["bool", b]``       ``bool``
+``["int", i]``        ``int``; ``i`` is a JSON number below 2**53, else a hex string
+``["float", x]``      ``float``; non-finite values as the 16 hex digits of their bits
+``["complex", r, i]`` ``complex``, parts encoded as for ``float``
+``["str", s]``        ``str``
+``["bytes", b64]``    ``bytes``
+``["path", cls, s]``  a ``pathlib`` path of class ``cls``
+``["list", [c...]]``  likewise ``tuple``, ``set``, ``frozenset``
+``["dict", [k, v, ...]]``   keys and values alternate
+``["namedtuple", ref, [c...]]``
+``["enum", ref, member]``
+``["npscalar", dtype, hex]``  a NumPy scalar, bit-exact
+``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table
+``["struct", ref, version, {field: c}]``
+``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
+                      when ``payload`` came from its serializer, ``"a"`` for raw aux data
+``["codec", name, c]``  a value stored by a registered codec
+====================  =====================================================
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import math
+import pathlib
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jaxstruct.registry import (
+    SerializationError,
+    class_ref,
+    is_registered_pytree_type,
+    lookup_class,
+    register_class_ref,
+    resolve_pytree_spec,
+)
+
+from ._dtypes import dtype_name
+from ._limits import DEFAULT_LIMITS
+from ._structs import struct_fields
+
+__all__ = ["FORMAT_VERSION", "encode_float", "encode_state"]
+
+FORMAT_VERSION = 1
+_SAFE_INT = 1 << 53
+_PATH_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+        pathlib.PosixPath,
+        pathlib.WindowsPath,
+    )
+}
+_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+
+
+def encode_float(x: float) -> float | str:
+    """Return ``x`` as a JSON number, or the hex of its bits when it is not finite."""
+    if math.isfinite(x):
+        return x
+    return struct.pack(">d", x).hex()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _remember_class(cls: type) -> str:
+    """Return the reference of an enum or namedtuple class, caching it for this process."""
+    ref = class_ref(cls)
+    cached = lookup_class(ref)
+    if cached is not cls and (cached is None or not is_registered_pytree_type(cached)):
+        register_class_ref(cls, ref)
+    return ref
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.nodes: list[list[Any]] = []
+        self.meta: dict[str, dict[str, Any]] = {}
+        self.data: dict[str, np.ndarray] = {}
+        self._codecs: Any = None
+
+    def _codec_for(self, cls: type) -> Any:
+        if self._codecs is None:
+            from ._plugins import current_registry
+
+            self._codecs = current_registry()
+        return self._codecs.codec_for_type(cls)
+
+    def _array(self, arr: np.ndarray, path: str, tag: str) -> list[Any]:
+        name = dtype_name(arr.dtype, path)
+        key = f"a{len(self.data)}"
+        self.meta[key] = {"dtype": name, "shape": list(arr.shape)}
+        self.data[key] = arr
+        return [tag, key]
+
+    def run(self, root: Any) -> int:
+        # A frame is (value, path, depth) to visit, or (None, finish, count, container id)
+        # to build a node from the last ``count`` results once the children are done.
+        stack: list[tuple[Any, ...]] = [(root, "root", 0)]
+        results: list[int] = []
+        active: set[int] = set()
+        max_depth = DEFAULT_LIMITS.max_depth
+        while stack:
+            frame = stack.pop()
+            if len(frame) == 4:
+                _, finish, count, key = frame
+                children = results[len(results) - count :] if count else []
+                del results[len(results) - count :]
+                active.discard(key)
+                self.nodes.append(finish(children))
+                results.append(len(self.nodes) - 1)
+                continue
+            value, path, depth = frame
+            if depth >= max_depth:
+                raise SerializationError(
+                    f"cannot export the value at {path}: nesting is deeper than "
+                    f"{max_depth} levels (a cycle through a codec, or a runaway structure)"
+                )
+            leaf = self._leaf(value, path)
+            if leaf is not None:
+                self.nodes.append(leaf)
+                results.append(len(self.nodes) - 1)
+                continue
+            finish, children = self._container(value, path)
+            key = id(value)
+            if key in active:
+                raise SerializationError(
+                    f"cannot export the value at {path}: it contains itself (a reference cycle)"
+                )
+            active.add(key)
+            stack.append((None, finish, len(children), key))
+            for child, child_path in reversed(children):
+                stack.append((child, child_path, depth + 1))
+        (root_index,) = results
+        return root_index
+
+    def _leaf(self, value: Any, path: str) -> list[Any] | None:
+        cls = type(value)
+        if value is None:
+            return ["none"]
+        if cls is bool:
+            return ["bool", value]
+        if cls is int:
+            return ["int", value if -_SAFE_INT < value < _SAFE_INT else hex(value)]
+        if cls is float:
+            return ["float", encode_float(value)]
+        if cls is complex:
+            return ["complex", encode_float(value.real), encode_float(value.imag)]
+        if cls is str:
+            return ["str", value]
+        if cls is bytes:
+            return ["bytes", base64.b64encode(value).decode("ascii")]
+        if cls is np.ndarray:
+            return self._array(value, path, "array")
+        if isinstance(value, np.generic):
+            dtype = value.dtype
+            return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
+        if isinstance(value, jax.Array):
+            if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
+                raise SerializationError(
+                    f"cannot export the value at {path}: it is a JAX tracer; export outside "
+                    "jit/grad/vmap, on concrete values"
+                )
+            try:
+                host = np.asarray(value)
+            except Exception as err:
+                raise SerializationError(
+                    f"cannot export the JAX array at {path}: {err}; gather it to one host first"
+                ) from None
+            return self._array(host, path, "jaxarray")
+        if isinstance(value, enum.Enum):
+            return ["enum", _remember_class(cls), value.name]
+        if cls.__name__ in _PATH_TYPES and _PATH_TYPES[cls.__name__] is cls:
+            return ["path", cls.__name__, str(value)]
+        return None
+
+    def _container(
+        self, value: Any, path: str
+    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, str]]]:
+        cls = type(value)
+        tag = _SEQUENCES.get(cls)
+        if tag is not None:
+            items = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            return (lambda ch: [tag, ch]), items
+        if cls is dict:
+            pairs: list[tuple[Any, str]] = []
+            for k, v in value.items():
+                pairs.append((k, f"{path}.<key {_short(k)}>"))
+                pairs.append((v, f"{path}[{_short(k)}]"))
+            return (lambda ch: ["dict", ch]), pairs
+        if isinstance(value, tuple) and hasattr(cls, "_fields"):
+            ref = _remember_class(cls)
+            items = [(v, f"{path}.{name}") for name, v in zip(cls._fields, value, strict=False)]
+            return (lambda ch: ["namedtuple", ref, ch]), items
+        if is_registered_pytree_type(cls):
+            return self._pytree(value, path)
+        codec = self._codec_for(cls)
+        if codec is not None:
+            try:
+                stored = codec.encode(value)
+            except Exception as err:
+                raise SerializationError(
+                    f"cannot export the {cls.__qualname__} value at {path}: codec "
+                    f"{codec.name!r} failed ({type(err).__name__}: {err})"
+                ) from err
+            name = codec.name
+            return (lambda ch: ["codec", name, ch[0]]), [(stored, f"{path}.<{name}>")]
+        raise SerializationError(
+            f"cannot export the value at {path}: type {cls.__module__}.{cls.__qualname__} is not "
+            "supported; make it a Struct, register it with register_pytree_type() (with a "
+            "serializer), add a codec with jaxstruct.io.register_codec(), or convert it to a "
+            "supported type"
+        )
+
+    def _pytree(
+        self, value: Any, path: str
+    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, str]]]:
+        cls = type(value)
+        spec = resolve_pytree_spec(cls)
+        ref = class_ref(cls)
+        if spec.kind == "struct":
+            names = [f.name for f in struct_fields(cls) if f.should_serialize]
+            version = _struct_version(cls)
+            items = [(getattr(value, n), f"{path}.{n}") for n in names]
+
+            def finish_struct(ch: list[int]) -> list[Any]:
+                return ["struct", ref, version, dict(zip(names, ch, strict=True))]
+
+            return finish_struct, items
+        try:
+            children, aux = spec.flatten(value)
+            children = list(children)
+            if spec.serializer is not None:
+                payload, mode = spec.serializer(value), "s"
+            else:
+                payload, mode = aux, "a"
+        except Exception as err:
+            raise SerializationError(
+                f"cannot export the {cls.__qualname__} value at {path}: its flatten or "
+                f"serializer function failed ({type(err).__name__}: {err})"
+            ) from err
+        items = [(payload, f"{path}.<payload>")]
+        items += [(c, f"{path}.<child {i}>") for i, c in enumerate(children)]
+        return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+
+
+def _struct_version(cls: type) -> int:
+    version = getattr(cls, "__struct_version__", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise SerializationError(
+            f"{cls.__qualname__}.__struct_version__ must be a non-negative int, got {version!r}"
+        )
+    return version
+
+
+def encode_state(obj: Any) -> dict[str, Any]:
+    """Return the state dict of ``obj``: version, manifest, arrays metadata and array data."""
+    encoder = _Encoder()
+    root = encoder.run(obj)
+    return {
+        "version": FORMAT_VERSION,
+        "manifest": {"root": root, "nodes": encoder.nodes},
+        "arrays": encoder.meta,
+        "array_data": encoder.data,
+    }

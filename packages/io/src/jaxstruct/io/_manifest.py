@@ -1,0 +1,136 @@
+"""The JSON side of a checkpoint: writing ``manifest.json`` and checking what is read back.
+
+A state dict and a ``manifest.json`` share one shape::
+
+    {"format": "jaxstruct", "version": 1,
+     "arrays": {"a0": {"dtype": "<f4", "shape": [2, 3]}, ...},
+     "manifest": {"root": 7, "nodes": [...]}}
+
+(``format`` only on disk; a state dict adds ``array_data``.) Reading rejects
+duplicate keys, NaN/Infinity literals, non-UTF-8 bytes, unknown versions and
+every structural surprise with a :class:`~jaxstruct.registry.SerializationError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from jaxstruct.registry import SerializationError
+
+from ._dtypes import parse_dtype
+from ._encode import FORMAT_VERSION
+from ._limits import Limits
+
+__all__ = ["MARKER", "check_arrays_table", "check_version", "dump_manifest", "parse_manifest"]
+
+MARKER = "jaxstruct"
+_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+_MAX_NDIM = 64
+
+
+def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
+    """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
+
+    def enc(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+    manifest = state["manifest"]
+    nodes = ",\n".join(enc(node) for node in manifest["nodes"])
+    text = (
+        f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
+        f'"container":{enc(container)},\n"arrays":{enc(state["arrays"])},\n'
+        f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
+    )
+    return text.encode("ascii")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SerializationError(f"duplicate JSON key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise SerializationError(f"JSON literal {name} is not allowed")
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """Parse ``manifest.json`` bytes into the top-level dict, checking marker and version."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SerializationError(f"{where}: manifest is not UTF-8 text") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except SerializationError as err:
+        raise SerializationError(f"{where}: malformed manifest: {err}") from None
+    except RecursionError:
+        raise SerializationError(f"{where}: manifest JSON is nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, and ints longer than Python's digit limit
+        raise SerializationError(f"{where}: manifest is not valid JSON ({err})") from None
+    if not isinstance(value, dict) or value.get("format") != MARKER:
+        raise SerializationError(f"{where}: not a jaxstruct manifest (no 'format': 'jaxstruct')")
+    check_version(value.get("version"), where)
+    expected = {"format", "version", "container", "arrays", "manifest"}
+    if set(value) != expected:
+        raise SerializationError(
+            f"{where}: manifest keys {sorted(value)} differ from the expected {sorted(expected)}"
+        )
+    return value
+
+
+def check_version(version: object, where: str) -> None:
+    """Raise unless ``version`` is a format version this reader understands."""
+    if type(version) is not int:
+        raise SerializationError(f"{where}: format version must be an int, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise SerializationError(
+            f"{where}: written in format version {version}, newer than the {FORMAT_VERSION} "
+            "this jaxstruct-io reads; upgrade jaxstruct-io"
+        )
+    if version < 1:
+        raise SerializationError(f"{where}: unknown format version {version}")
+
+
+def check_arrays_table(
+    table: object, where: str, limits: Limits
+) -> dict[str, tuple[np.dtype, tuple[int, ...], int]]:
+    """Check the arrays table; return ``key -> (dtype, shape, nbytes)``; enforce the byte limit."""
+    if not isinstance(table, dict):
+        raise SerializationError(f"{where}: the arrays table must be an object")
+    out: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+    total = 0
+    for key, entry in table.items():
+        if not _KEY.match(key):
+            raise SerializationError(f"{where}: invalid array key {key[:40]!r}")
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape"}:
+            raise SerializationError(
+                f"{where}: array {key!r} must have exactly 'dtype' and 'shape'"
+            )
+        dtype = parse_dtype(entry["dtype"], f"{where}: array {key!r}")
+        shape = entry["shape"]
+        if (
+            not isinstance(shape, list)
+            or len(shape) > _MAX_NDIM
+            or not all(type(n) is int and n >= 0 for n in shape)
+        ):
+            raise SerializationError(
+                f"{where}: array {key!r} has an invalid shape {str(shape)[:60]}"
+            )
+        nbytes = math.prod(shape) * dtype.itemsize
+        total += nbytes
+        if total > limits.max_array_bytes:
+            raise SerializationError(
+                f"{where}: arrays total more than max_array_bytes={limits.max_array_bytes} bytes; "
+                "if you trust this file, pass a larger max_array_bytes="
+            )
+        out[key] = (dtype, tuple(shape), nbytes)
+    return out

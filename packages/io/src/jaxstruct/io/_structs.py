@@ -1,0 +1,26 @@
+"""The few things ``jaxstruct.io`` needs from ``jaxstruct.core``, imported lazily.
+
+``jaxstruct.core`` imports this package lazily from its ``Struct`` methods, so
+importing core at module level here would be circular at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["build_struct", "struct_fields"]
+
+
+def struct_fields(cls: type) -> list[Any]:
+    """Return the ``FieldSpec`` objects of a Struct class, in declaration order."""
+    import jaxstruct.core as js
+
+    return list(js.fields(cls).values())
+
+
+def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
+    """Build an instance of ``cls`` from field values without running ``__init__``."""
+    import jaxstruct.core as js
+
+    return js.build(cls, values)

@@ -1,0 +1,266 @@
+"""Never losing a checkpoint: atomic publish, overwrite, kill -9, full disk, racing writers."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jaxstruct.io as jio
+import numpy as np
+import pytest
+from jaxstruct.io import _atomic
+from jaxstruct.registry import SerializationError
+
+# A server process imports jaxstruct.io once, then forks one child per export so
+# that each kill -9 costs a fork rather than a fresh interpreter.
+SERVER = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    import numpy as np
+    import jaxstruct.io as jio
+    from jaxstruct.io import _atomic
+
+    def value(tag, size):
+        rng = np.random.default_rng(len(tag))
+        return {"tag": tag, "arrays": [rng.standard_normal(size) for _ in range(6)]}
+
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            if cmd["kill_at"] is not None:
+                def hook(name, kill_at=cmd["kill_at"]):
+                    if name == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                _atomic.STEP_HOOK = hook
+            try:
+                jio.export(value(cmd["tag"], cmd["size"]), cmd["path"], overwrite=True,
+                           compression=cmd["compression"])
+            finally:
+                os._exit(0)
+        if cmd["delay"] is not None:
+            time.sleep(cmd["delay"])
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"killed": os.WIFSIGNALED(status)}), flush=True)
+    """
+)
+
+
+class Server:
+    """Drives the forking export server."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        )
+
+    def export(
+        self,
+        path: Path,
+        tag: str,
+        *,
+        kill_at: str | None = None,
+        delay: float | None = None,
+        size: int = 1 << 16,
+        compression: str = "auto",
+    ) -> bool:
+        assert self.proc.stdin and self.proc.stdout
+        cmd = {
+            "path": str(path),
+            "tag": tag,
+            "kill_at": kill_at,
+            "delay": delay,
+            "size": size,
+            "compression": compression,
+        }
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["killed"]
+
+    def close(self) -> None:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.close()
+        self.proc.wait(30)
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """One forking export server per module."""
+    srv = Server()
+    yield srv
+    srv.close()
+
+
+def _steps(path: Path) -> list[str]:
+    seen: list[str] = []
+    _atomic.STEP_HOOK = seen.append
+    try:
+        jio.export(
+            {"tag": "probe", "arrays": [np.zeros(3) for _ in range(6)]}, path, overwrite=True
+        )
+    finally:
+        _atomic.STEP_HOOK = None
+    return seen
+
+
+def _check_survivor(path: Path, server: Server) -> None:
+    tag = jio.load(path)["tag"]
+    assert tag in ("old", "new")
+    assert not server.export(path, "next")  # the next export is not blocked by debris
+    assert jio.load(path)["tag"] == "next"
+    debris = [p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}")]
+    assert debris == [], debris
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["directory", "zip"])
+def test_kill_at_every_step_boundary_keeps_a_checkpoint(
+    suffix: str, tmp_path: Path, server: Server
+) -> None:
+    """kill -9 at each step boundary of an overwrite leaves the old or new checkpoint loadable."""
+    steps = _steps(tmp_path / f"probe{suffix}")
+    assert {"temp-synced", "written", "published", "done"} <= set(steps)
+    for i, name in enumerate(steps):
+        path = tmp_path / f"ck{i}{suffix}"
+        assert not server.export(path, "old")
+        assert server.export(path, "new", kill_at=name), f"child was not killed at {name!r}"
+        _check_survivor(path, server)
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["directory", "zip"])
+def test_kill_at_random_points_keeps_a_checkpoint(
+    suffix: str, tmp_path: Path, server: Server
+) -> None:
+    """kill -9 at random moments of an export leaves the old or new checkpoint loadable."""
+    rng = random.Random(int(os.environ.get("JAXSTRUCT_KILL_SEED", "0")))
+    rounds = int(os.environ.get("JAXSTRUCT_KILL_ROUNDS", "6"))
+    for i in range(rounds):
+        path = tmp_path / f"ck{i}{suffix}"
+        assert not server.export(path, "old", size=1 << 18)
+        server.export(
+            path, "new", delay=rng.uniform(0.0, 0.08), size=1 << 18, compression="deflate"
+        )
+        _check_survivor(path, server)
+
+
+def test_overwrite_false_refuses_an_existing_path(tmp_path: Path) -> None:
+    """Without overwrite, an existing target raises FileExistsError and is left alone."""
+    path = jio.export([1], tmp_path / "c")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        jio.export([2], path)
+    assert jio.load(path) == [1]
+
+
+def test_overwrite_replaces_a_checkpoint(tmp_path: Path) -> None:
+    """overwrite=True swaps in the new checkpoint and removes the old one."""
+    for suffix in ("", ".zip"):
+        path = jio.export([1], tmp_path / f"c{suffix}")
+        jio.export([2], path, overwrite=True)
+        assert jio.load(path) == [2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.zip"]
+
+
+@pytest.mark.parametrize("make", ["dir-with-file", "empty-dir", "plain-file"])
+def test_overwrite_refuses_what_is_not_a_checkpoint(make: str, tmp_path: Path) -> None:
+    """overwrite=True never replaces a directory or file that is not a jaxstruct checkpoint."""
+    path = tmp_path / ("target.zip" if make == "plain-file" else "target")
+    if make == "plain-file":
+        path.write_text("precious")
+    else:
+        path.mkdir()
+        if make == "dir-with-file":
+            (path / "notes.txt").write_text("precious")
+    with pytest.raises(SerializationError, match="not a jaxstruct"):
+        jio.export([1], path, overwrite=True)
+    assert path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_concurrent_writers_exactly_one_wins(tmp_path: Path) -> None:
+    """Of two writers racing to create the same checkpoint, exactly one succeeds."""
+    for round_ in range(8):
+        path = tmp_path / (f"c{round_}" + (".zip" if round_ % 2 else ""))
+        barrier = threading.Barrier(2)
+        outcomes: list[Any] = []
+
+        def write(
+            tag: int,
+            path: Path = path,
+            barrier: threading.Barrier = barrier,
+            outcomes: list[Any] = outcomes,
+        ) -> None:
+            barrier.wait()
+            try:
+                jio.export({"tag": tag, "w": np.ones(1000)}, path)
+                outcomes.append(tag)
+            except FileExistsError:
+                outcomes.append("lost")
+
+        threads = [threading.Thread(target=write, args=(t,)) for t in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [o for o in outcomes if o != "lost"]
+        assert len(winners) == 1, outcomes
+        assert jio.load(path)["tag"] == winners[0]
+
+
+def test_disk_full_mid_export_keeps_the_old_checkpoint(tmp_path: Path) -> None:
+    """An OSError (ENOSPC) while writing leaves the old checkpoint and no temporary files."""
+    for suffix in ("", ".zip"):
+        path = jio.export({"v": "old"}, tmp_path / f"c{suffix}")
+
+        def full(name: str) -> None:
+            if name == "a1.npy":
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        _atomic.STEP_HOOK = full
+        try:
+            with pytest.raises(OSError, match="No space"):
+                jio.export({"v": "new", "a": [np.ones(4), np.ones(4)]}, path, overwrite=True)
+        finally:
+            _atomic.STEP_HOOK = None
+        assert jio.load(path) == {"v": "old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.zip"]
+
+
+def test_encoding_error_writes_nothing(tmp_path: Path) -> None:
+    """A value that cannot be encoded fails before anything touches the disk."""
+    path = jio.export({"v": "old"}, tmp_path / "c")
+    with pytest.raises(SerializationError):
+        jio.export({"v": object()}, path, overwrite=True)
+    assert jio.load(path) == {"v": "old"}
+    assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_debris_of_dead_processes_is_cleaned(tmp_path: Path) -> None:
+    """Temporaries left by a dead process are removed by the next export to the same target."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = tmp_path / f".c.jaxstruct-tmp-{dead.stdout.strip()}-abc"
+    stale.mkdir()
+    (stale / "manifest.json").write_text("{}")
+    jio.export([1], tmp_path / "c")
+    assert [p.name for p in tmp_path.iterdir()] == ["c"]

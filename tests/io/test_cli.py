@@ -1,0 +1,62 @@
+"""The ``jaxstruct inspect`` command and :func:`jaxstruct.io.inspect`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jaxstruct.core as js
+import jaxstruct.io as jio
+import numpy as np
+import pytest
+from jaxstruct.io._cli import main
+
+
+class Model(js.Struct):
+    weights: Any
+    name: str = js.field(static=True, default="m")
+
+
+def test_inspect_shows_classes_fields_shapes_and_sizes(tmp_path: Path) -> None:
+    """The tree names class, fields, array dtypes, shapes, sizes and the format version."""
+    path = jio.export(Model(weights={"w": np.zeros((2, 3), np.float32)}), tmp_path / "m.zip")
+    text = str(jio.inspect(path))
+    assert ":Model (struct)" in text
+    assert ".weights: dict" in text and ".name: str 'm'" in text
+    assert "array <f4[2, 3] 24 B" in text
+    assert "format version 1" in text and "zip checkpoint" in text
+
+
+def test_inspect_does_not_need_the_class(tmp_path: Path) -> None:
+    """Inspecting never resolves classes: an unknown class reference is simply shown."""
+    path = jio.export(Model(weights=1), tmp_path / "m")
+    manifest = (path / "manifest.json").read_text().replace(":Model", ":Nowhere")
+    (path / "manifest.json").write_text(manifest)
+    assert ":Nowhere (struct)" in jio.inspect(path).tree
+
+
+def test_cli_main_prints_the_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`jaxstruct inspect PATH` prints the report and exits 0."""
+    path = jio.export([np.ones(4)], tmp_path / "c")
+    assert main(["inspect", str(path)]) == 0
+    assert "array <f8[4] 32 B" in capsys.readouterr().out
+
+
+def test_cli_reports_errors_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing or malformed checkpoint is reported on stderr with exit status 2."""
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    """The `jaxstruct` console script runs `inspect`."""
+    exe = shutil.which("jaxstruct", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    path = jio.export({"a": 1}, tmp_path / "c")
+    out = subprocess.run([exe, "inspect", str(path)], check=True, capture_output=True, text=True)
+    assert "directory checkpoint" in out.stdout

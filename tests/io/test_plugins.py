@@ -1,0 +1,218 @@
+"""Plugins: pluggy hooks, entry points, duplicates, failures, autoload, the example plugin."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import jaxstruct.io as jio
+import pytest
+from jaxstruct.io import Codec, PluginError, PluginRegistry, hookimpl
+from jaxstruct.registry import SerializationError
+
+
+class Money:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+
+@dataclasses.dataclass
+class FakeDist:
+    name: str
+
+
+@dataclasses.dataclass
+class FakeEntryPoint:
+    """Stands in for an installed distribution's entry point."""
+
+    name: str
+    dist: FakeDist
+    plugin: Any = None
+    error: BaseException | None = None
+    loads: int = 0
+
+    def load(self) -> Any:
+        self.loads += 1
+        if self.error is not None:
+            raise self.error
+        return self.plugin
+
+
+def _codec_plugin(name: str, cls: type = Money) -> types.SimpleNamespace:
+    codec = Codec(name, (cls,), encode=lambda m: m.cents, decode=Money)
+
+    @hookimpl
+    def jaxstruct_register_codecs() -> list[Codec]:
+        return [codec]
+
+    return types.SimpleNamespace(jaxstruct_register_codecs=jaxstruct_register_codecs)
+
+
+def test_builtin_formats_are_registered_through_the_hook() -> None:
+    """The directory and zip formats come from the built-in plugin, like any other."""
+    reg = PluginRegistry(entry_points=list)
+    assert sorted(reg.formats) == ["directory", "zip"]
+    assert "built-in" in reg.source_of("format", "zip")
+    assert reg.manager.get_plugin("jaxstruct-io-builtins") is not None
+
+
+def test_entry_point_plugins_load_lazily_and_once() -> None:
+    """Entry points are loaded on first use, once."""
+    ep = FakeEntryPoint("money", FakeDist("jaxstruct-money"), plugin=_codec_plugin("money"))
+    reg = PluginRegistry(entry_points=lambda: [ep], autoload=True)
+    assert ep.loads == 0
+    assert reg.codec_for_type(Money) is reg.codecs["money"]
+    reg.codec_named("money")
+    assert ep.loads == 1
+    assert reg.source_of("codec", "money") == "jaxstruct-money"
+
+
+def test_duplicate_names_name_both_distributions() -> None:
+    """Two plugins registering one codec name is an error naming both distributions."""
+    eps = [
+        FakeEntryPoint("a", FakeDist("dist-one"), plugin=_codec_plugin("money")),
+        FakeEntryPoint("b", FakeDist("dist-two"), plugin=_codec_plugin("money", cls=int)),
+    ]
+    reg = PluginRegistry(entry_points=lambda: eps, autoload=True)
+    with pytest.raises(PluginError, match=r"'dist-one'.*'dist-two'"):
+        reg.codecs
+
+
+def test_duplicate_format_name_with_builtin_is_an_error() -> None:
+    """A plugin format named like a built-in one is refused, naming both sources."""
+
+    class Fake(jio.Format):
+        name = "zip"
+
+    plugin = types.SimpleNamespace(jaxstruct_register_formats=hookimpl(lambda: [Fake()]))
+    ep = FakeEntryPoint("f", FakeDist("dist-fmt"), plugin=plugin)
+    with pytest.raises(PluginError, match=r"built-in.*'dist-fmt'"):
+        PluginRegistry(entry_points=lambda: [ep], autoload=True).formats
+
+
+def test_plugin_that_fails_to_import_raises() -> None:
+    """A plugin whose import fails raises PluginError naming the plugin and its distribution."""
+    ep = FakeEntryPoint("broken", FakeDist("dist-broken"), error=ImportError("no module named x"))
+    reg = PluginRegistry(entry_points=lambda: [ep], autoload=True)
+    with pytest.raises(PluginError, match=r"'broken'.*'dist-broken'.*no module named x"):
+        reg.formats
+
+
+def test_environment_variable_disables_autoload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD keeps entry points from loading."""
+    monkeypatch.setenv(jio.AUTOLOAD_ENV, "1")
+    ep = FakeEntryPoint("broken", FakeDist("d"), error=ImportError("boom"))
+    reg = PluginRegistry(entry_points=lambda: [ep])
+    assert sorted(reg.formats) == ["directory", "zip"]
+    assert ep.loads == 0
+
+
+def test_non_codec_return_value_is_refused() -> None:
+    """A hook returning something that is not a Codec is a PluginError."""
+    plugin = types.SimpleNamespace(jaxstruct_register_codecs=hookimpl(lambda: ["nope"]))
+    reg = PluginRegistry(
+        entry_points=lambda: [FakeEntryPoint("x", FakeDist("dx"), plugin=plugin)], autoload=True
+    )
+    with pytest.raises(PluginError, match="Codec"):
+        reg.codecs
+
+
+def test_unregistered_codec_in_manifest_is_refused() -> None:
+    """A manifest naming a codec nobody registered is a SerializationError, never an import."""
+    payload = jio.to_state_dict([1])
+    payload["manifest"]["nodes"] = [["int", 5], ["codec", "some.module.Codec", 0]]
+    payload["manifest"]["root"] = 1
+    with pytest.raises(SerializationError, match="not registered"):
+        jio.from_state_dict(payload)
+
+
+def test_register_codec_round_trips_a_new_type(tmp_path: Path) -> None:
+    """register_codec makes a new type storable in all forms."""
+
+    class Celsius(float):
+        pass
+
+    jio.register_codec(Codec("tests.celsius", (Celsius,), encode=float, decode=Celsius))
+    path = jio.export({"t": Celsius(21.5)}, tmp_path / "c.zip")
+    out = jio.load(path)["t"]
+    assert type(out) is Celsius and out == 21.5
+    with pytest.raises(PluginError, match="both handle"):
+        jio.register_codec(Codec("tests.celsius2", (Celsius,), encode=float, decode=Celsius))
+
+
+EXAMPLE = "jaxstruct-plugin-datetime"
+
+
+def _example_installed() -> bool:
+    try:
+        importlib.metadata.distribution(EXAMPLE)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def test_example_plugin_is_installed_with_its_entry_point() -> None:
+    """The example distribution is installed and advertises a jaxstruct.io entry point."""
+    assert _example_installed(), (
+        f"{EXAMPLE} is not installed; it is a workspace dev dependency: "
+        "run `uv sync --all-packages`"
+    )
+    eps = importlib.metadata.entry_points(group="jaxstruct.io")
+    assert any(ep.dist is not None and ep.dist.name == EXAMPLE for ep in eps)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import datetime, decimal, sys, zoneinfo
+    import jaxstruct.io as jio
+    value = {
+        "when": datetime.datetime(
+            2024, 5, 6, 7, 8, 9, 10, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")
+        ),
+        "day": datetime.date(2000, 2, 29),
+        "span": datetime.timedelta(days=-1, microseconds=5),
+        "price": decimal.Decimal("-12.3400"),
+    }
+    if sys.argv[1] == "export":
+        jio.export(value, sys.argv[2])
+    else:
+        assert jio.load(sys.argv[2]) == value, jio.load(sys.argv[2])
+        print("ok")
+    """
+)
+
+
+def test_example_plugin_end_to_end(tmp_path: Path) -> None:
+    """Installed, the example plugin lets fresh processes export and load datetime and Decimal."""
+    path = str(tmp_path / "dt.zip")
+    env = {k: v for k, v in os.environ.items() if k != jio.AUTOLOAD_ENV}
+    subprocess.run([sys.executable, "-c", SCRIPT, "export", path], check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, "load", path],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.strip() == "ok"
+    info = jio.inspect(path)
+    assert "<codec 'datetime.datetime'>" in info.tree
+
+
+def test_example_plugin_not_loaded_when_autoload_is_off(tmp_path: Path) -> None:
+    """With autoload disabled, datetime values are refused at export."""
+    env = {**os.environ, jio.AUTOLOAD_ENV: "1"}
+    result = subprocess.run(  # noqa: PLW1510 - the exit status is what is asserted
+        [sys.executable, "-c", SCRIPT, "export", str(tmp_path / "x.zip")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and "SerializationError" in result.stderr
