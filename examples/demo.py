@@ -5,6 +5,9 @@ Run with:  uv run python examples/demo.py
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import jaxstruct.core as js
@@ -97,6 +100,15 @@ def main() -> None:
         state.replace(lr=-1.0)
     except js.ValidationError as err:
         print("rejected:", err)
+
+    # Checkpoints: a directory or a .zip archive, written atomically. Loading
+    # imports nothing and runs no code of classes this process did not define.
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("step_200", "step_200.zip"):
+            path = state.export(Path(tmp) / name)
+            restored = TrainState.load(path)
+            assert restored == state and restored.params.n_in == 3
+            print(f"exported and loaded {path.name}: equal = {restored == state}")
 
 
 if __name__ == "__main__":
