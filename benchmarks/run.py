@@ -1,0 +1,69 @@
+"""Run every jaxstruct benchmark and print the Markdown report.
+
+    uv run --group bench python benchmarks/run.py              # everything
+    uv run --group bench python benchmarks/run.py --core-only  # only bench_core.py
+    uv run --group bench python benchmarks/run.py -- ARGS      # ARGS go to bench_io.py
+
+The core benchmark runs in this process; ``bench_io.py``, when it exists, runs
+afterwards in a fresh interpreter of its own, so that neither one's imports,
+caches or garbage skew the other's timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+IO_SCRIPT = HERE / "bench_io.py"
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    import bench_core
+
+    io_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, io_args = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--core-only", action="store_true", help="run only bench_core.py")
+    which.add_argument("--io-only", action="store_true", help="run only bench_io.py")
+    bench_core.add_arguments(parser)
+    return parser.parse_args(argv), io_args
+
+
+def _run_io(io_args: list[str]) -> int:
+    if not IO_SCRIPT.exists():
+        print(f"(no {IO_SCRIPT.name}: I/O benchmark skipped)", file=sys.stderr, flush=True)
+        return 0
+    print(f"[run] {IO_SCRIPT.name} {' '.join(io_args)}".rstrip(), file=sys.stderr, flush=True)
+    # Inherit stdout/stderr: its report is printed as it comes, after the core one.
+    return subprocess.call([sys.executable, str(IO_SCRIPT), *io_args], cwd=HERE.parent)
+
+
+def main(argv: list[str]) -> int:
+    """Run the selected benchmarks; return a process exit status."""
+    sys.path.insert(0, str(HERE))
+    args, io_args = _parse(argv)
+    started = time.perf_counter()
+    status = 0
+    if not args.io_only:
+        import bench_core
+
+        status = bench_core.main(args)
+        print(flush=True)
+    if not args.core_only:
+        io_status = _run_io(io_args)
+        if io_status:
+            print(f"[run] {IO_SCRIPT.name} exited with {io_status}", file=sys.stderr)
+            status = status or io_status
+    print(f"[run] all benchmarks took {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
