@@ -36,8 +36,11 @@ from ._introspect import (
     static_fields,
 )
 from ._meta import StructMeta, class_options
+from ._optree import optree_namespace, set_optree_namespace
 from ._register import dataclass, register_class
+from ._select import Selection, SelectionError, SelectionHole, select, tree_at
 from ._struct import Struct
+from ._typecheck import check_types
 
 __all__ = [
     "MISSING",
@@ -48,6 +51,9 @@ __all__ = [
     "MissingDistributionError",
     "PytreeSpec",
     "RegistrationError",
+    "Selection",
+    "SelectionError",
+    "SelectionHole",
     "SerializationError",
     "Struct",
     "StructDefinitionError",
@@ -55,6 +61,7 @@ __all__ = [
     "StructMeta",
     "ValidationError",
     "build",
+    "check_types",
     "class_options",
     "class_ref",
     "dataclass",
@@ -66,10 +73,14 @@ __all__ = [
     "lookup_class",
     "node_fields",
     "opaque_fields",
+    "optree_namespace",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",
     "resolve_class",
     "resolve_pytree_spec",
+    "select",
+    "set_optree_namespace",
     "static_fields",
+    "tree_at",
 ]

@@ -1,0 +1,199 @@
+"""Array strategies: NumPy or JAX arrays, shapes and dtypes read from annotations.
+
+jaxtyping annotations (``Float[Array, "n 3"]``) are understood when jaxtyping
+is installed: the dtype family, fixed sizes, and named sizes that agree across
+the fields of one instance (so a runtime type checker accepts the draw).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+__all__ = [
+    "DEFAULT_DTYPES",
+    "ArrayRequest",
+    "array_request",
+    "arrays_for",
+    "is_array_annotation",
+    "jax_dtypes_ok",
+]
+
+# Dtypes drawn when an annotation does not pin one. bfloat16 is made by viewing
+# uint16 bits (Hypothesis cannot draw ml_dtypes directly), which also exercises
+# bit-exact round trips of an extension dtype.
+DEFAULT_DTYPES = (
+    "bool",
+    "int8",
+    "int32",
+    "int64",
+    "uint8",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "bfloat16",
+)
+_WIDE = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def jax_dtypes_ok(name: str) -> bool:
+    """Whether JAX keeps dtype ``name`` as is (64-bit types need ``jax_enable_x64``)."""
+    if name not in _WIDE:
+        return True
+    import jax
+
+    return bool(jax.config.read("jax_enable_x64"))
+
+
+class ArrayRequest:
+    """What an annotation asks for: array kind, candidate dtypes and a shape recipe."""
+
+    __slots__ = ("dims", "dtypes", "kind")
+
+    def __init__(self, kind: str, dtypes: tuple[str, ...], dims: tuple[Any, ...] | None) -> None:
+        self.kind = kind  # "numpy", "jax" or "any"
+        self.dtypes = dtypes
+        self.dims = dims  # None: any small shape; else jaxtyping dims
+
+
+def _jaxtyping_base() -> Any:
+    module = sys.modules.get("jaxtyping")
+    if module is None:
+        try:
+            import jaxtyping as module
+        except ImportError:
+            return None
+    return module.AbstractArray
+
+
+def _kind_of(array_type: Any) -> str:
+    if array_type is np.ndarray:
+        return "numpy"
+    import jax
+
+    if array_type is jax.Array:
+        return "jax"
+    return "any"
+
+
+def is_array_annotation(annotation: Any) -> bool:
+    """Whether ``annotation`` is ``np.ndarray``, ``jax.Array`` or a jaxtyping array type."""
+    return array_request(annotation) is not None
+
+
+def array_request(annotation: Any) -> ArrayRequest | None:
+    """Read an array annotation, or return ``None`` when it is not one."""
+    if annotation is np.ndarray:
+        return ArrayRequest("numpy", DEFAULT_DTYPES, None)
+    if "jax" in sys.modules:
+        import jax
+
+        if annotation is jax.Array:
+            return ArrayRequest("jax", DEFAULT_DTYPES, None)
+    base = _jaxtyping_base()
+    if base is not None and isinstance(annotation, type) and issubclass(annotation, base):
+        dtypes = getattr(annotation, "dtypes", None)
+        if not isinstance(dtypes, tuple | list):
+            wanted: tuple[str, ...] = DEFAULT_DTYPES  # jaxtyping's "any dtype" (Shaped)
+        else:
+            wanted = tuple(d for d in dtypes if _drawable(d))
+        return ArrayRequest(
+            _kind_of(getattr(annotation, "array_type", None)), wanted, annotation.dims
+        )
+    return None
+
+
+_DRAWABLE = frozenset(
+    {
+        "bool",
+        *(f"int{n}" for n in (8, 16, 32, 64)),
+        *(f"uint{n}" for n in (8, 16, 32, 64)),
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "bfloat16",
+    }
+)
+
+
+def _drawable(name: str) -> bool:
+    # float8/int4 extension dtypes have no Hypothesis element strategy; skip them.
+    return name in _DRAWABLE
+
+
+def _shape(
+    dims: tuple[Any, ...] | None, sizes: dict[str, Any], draw: Callable[..., Any]
+) -> tuple[int, ...]:
+    side = st.integers(0, 3)
+    if dims is None:
+        return draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3))
+    shape: list[int] = []
+    for dim in dims:
+        kind = type(dim).__name__
+        name: Any = getattr(dim, "name", None)
+        if kind == "_FixedDim":
+            size = dim.size
+            shape.append(1 if dim.broadcastable and draw(st.booleans()) else size)
+        elif kind == "_NamedDim":
+            if name not in sizes:
+                sizes[name] = draw(side)
+            shape.append(1 if dim.broadcastable and draw(st.booleans()) else sizes[name])
+        elif kind in ("_NamedVariadicDim",):
+            if name not in sizes:
+                sizes[name] = tuple(draw(st.lists(side, max_size=2)))
+            shape.extend(sizes[name])
+        elif kind == "_AnonymousVariadicDim":
+            shape.extend(draw(st.lists(side, max_size=2)))
+        else:
+            # "_" (any size) and symbolic sizes ("n+1"): one free size.
+            shape.append(draw(side))
+    return tuple(shape)
+
+
+def _elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
+    if dtype.kind == "f":
+        # Any bit pattern of the width (NaNs, infinities, subnormals) is fair game.
+        width: Any = 8 * dtype.itemsize
+        return st.floats(width=width)
+    return None
+
+
+@st.composite
+def _draw_array(
+    draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, Any], kind: str
+) -> Any:
+    choices = request.dtypes
+    if kind == "jax":
+        choices = tuple(d for d in choices if jax_dtypes_ok(d)) or ("float32",)
+    name = draw(st.sampled_from(choices or ("float32",)))
+    shape = _shape(request.dims, sizes, draw)
+    if name == "bfloat16":
+        import ml_dtypes
+
+        bits = draw(hnp.arrays(np.uint16, shape))
+        value = bits.view(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(name)
+        value = draw(hnp.arrays(dtype, shape, elements=_elements(dtype)))
+    if kind == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(value)
+    return value
+
+
+def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Return a strategy of arrays satisfying ``request``; ``sizes`` shares named dims."""
+    if request.kind == "any":
+        return st.sampled_from(("numpy", "jax")).flatmap(
+            lambda kind: _draw_array(request, sizes, kind)
+        )
+    return _draw_array(request, sizes, request.kind)

@@ -1,0 +1,182 @@
+"""``assert_roundtrip`` and ``assert_pytree_roundtrip``: the core properties of a struct value."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._compare import first_difference
+
+__all__ = ["FORMATS", "assert_pytree_roundtrip", "assert_roundtrip"]
+
+#: The serialisation paths ``assert_roundtrip`` checks by default.
+FORMATS = ("state_dict", "directory", "zip")
+
+
+def _io() -> Any:
+    try:
+        module = importlib.import_module("jaxstruct.io")
+    except ModuleNotFoundError:
+        module = None
+    if module is None or not all(
+        hasattr(module, name) for name in ("to_state_dict", "from_state_dict", "export", "load")
+    ):
+        from jaxstruct.core import MissingDistributionError
+
+        raise MissingDistributionError(
+            "assert_roundtrip needs the 'jaxstruct-io' distribution; install it with: "
+            "pip install jaxstruct-io"
+        )
+    return module
+
+
+def _fail(what: str, problem: str) -> AssertionError:
+    return AssertionError(f"{what}: the restored value differs from the original at {problem}")
+
+
+def assert_roundtrip(
+    x: Any, *, formats: Iterable[str] = FORMATS, tmp_path: str | Path | None = None
+) -> None:
+    """Assert ``x`` survives serialisation: state dict, directory and zip, leaf by leaf.
+
+    Every serialised field must come back with the same type, dtype, shape and
+    bits; derived fields must be recomputed to the same value. Fields that are
+    not serialised (opaque ones, by default) are not compared.
+
+    Args:
+        x: a struct instance (or any value ``jaxstruct.io`` can serialise).
+        formats: which of ``"state_dict"``, ``"directory"`` and ``"zip"`` to check.
+        tmp_path: where to write the checkpoints; a temporary directory by default.
+
+    Raises:
+        AssertionError: naming the format and the first differing path, e.g.
+            ``zip: ... at x.params['w']: dtype float32 != float64``.
+        ValueError: an unknown format name.
+        MissingDistributionError: ``jaxstruct-io`` is not installed.
+
+    Example:
+        >>> import numpy as np
+        >>> import jaxstruct.core as js
+        >>> from jaxstruct.testing import assert_roundtrip
+        >>> class State(js.Struct):
+        ...     w: np.ndarray
+        ...     step: int = js.field(static=True, default=0)
+        >>> assert_roundtrip(State(w=np.arange(3.0)))
+    """
+    wanted = tuple(formats)
+    unknown = [f for f in wanted if f not in FORMATS]
+    if unknown:
+        raise ValueError(
+            f"assert_roundtrip(): unknown format(s) {unknown!r}; expected some of {FORMATS!r}"
+        )
+    io = _io()
+    if "state_dict" in wanted:
+        restored = io.from_state_dict(io.to_state_dict(x))
+        _check(x, restored, "state_dict")
+    files = [f for f in wanted if f != "state_dict"]
+    if not files:
+        return
+    if tmp_path is None:
+        with tempfile.TemporaryDirectory(prefix="jaxstruct-roundtrip-") as tmp:
+            _check_files(io, x, Path(tmp), files)
+    else:
+        _check_files(io, x, Path(tmp_path), files)
+
+
+def _check_files(io: Any, x: Any, root: Path, files: list[str]) -> None:
+    for fmt in files:
+        target = root / ("checkpoint.zip" if fmt == "zip" else "checkpoint")
+        io.export(x, target, overwrite=True)
+        _check(x, io.load(target), fmt)
+
+
+def _check(x: Any, restored: Any, what: str) -> None:
+    problem = first_difference(x, restored, serialized_only=True)
+    if problem:
+        raise _fail(what, problem)
+
+
+def _is_array_like(leaf: Any) -> bool:
+    """Whether ``jit`` takes the leaf without narrowing it (which warns, or overflows)."""
+    import jax
+
+    if isinstance(leaf, jax.Array):
+        return True
+    if isinstance(leaf, np.ndarray | np.generic):
+        return jax.dtypes.canonicalize_dtype(leaf.dtype) == leaf.dtype
+    if isinstance(leaf, bool):
+        return True
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    if isinstance(leaf, int):
+        return x64 or -(2**31) <= leaf < 2**31
+    if isinstance(leaf, float | complex):
+        parts = (leaf.real, leaf.imag) if isinstance(leaf, complex) else (leaf,)
+        return x64 or all(not math.isfinite(p) or abs(p) <= _F32_MAX for p in parts)
+    return False
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def assert_pytree_roundtrip(x: Any) -> None:
+    """Assert ``x`` survives flatten/unflatten and passes through ``jax.jit`` unchanged.
+
+    Checks that unflattening the flattened form gives an equal value (every
+    field, opaque ones included, types and bits exact), that flattening again
+    gives the same tree structure and key paths, and that the identity function
+    under ``jit`` returns the same structure with the same leaves, up to JAX's
+    own conversions (NumPy arrays and Python numbers become JAX arrays). Leaves
+    ``jit`` would narrow (64-bit values without ``jax_enable_x64``) and
+    non-array leaves are held static.
+
+    Raises:
+        AssertionError: naming the check and the first differing path.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import jaxstruct.core as js
+        >>> from jaxstruct.testing import assert_pytree_roundtrip
+        >>> class P(js.Struct):
+        ...     w: object
+        ...     name: str = js.field(static=True, default="p")
+        >>> assert_pytree_roundtrip(P(w=[jnp.ones(2), 3.0]))
+    """
+    import jax
+    import jax.numpy as jnp
+
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(x)
+    leaves = [leaf for _, leaf in with_paths]
+    rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+    problem = first_difference(x, rebuilt)
+    if problem:
+        raise AssertionError(f"flatten/unflatten: the rebuilt value differs at {problem}")
+    again, treedef2 = jax.tree_util.tree_flatten_with_path(rebuilt)
+    if treedef2 != treedef:
+        raise AssertionError(
+            f"flatten/unflatten: the tree structure changed: {treedef} != {treedef2}"
+        )
+    paths = [jax.tree_util.keystr(p) for p, _ in with_paths]
+    paths2 = [jax.tree_util.keystr(p) for p, _ in again]
+    if paths != paths2:
+        first = next((i for i, (a, b) in enumerate(zip(paths, paths2, strict=True)) if a != b), 0)
+        raise AssertionError(
+            f"flatten/unflatten: key path {paths[first]!r} became {paths2[first]!r}"
+        )
+    dynamic = [leaf if _is_array_like(leaf) else None for leaf in leaves]
+    out = jax.jit(lambda leaves: leaves)(dynamic)
+    for path, leaf, got in zip(paths, leaves, out, strict=True):
+        if leaf is None or not _is_array_like(leaf):
+            continue
+        problem = first_difference(jnp.asarray(leaf), got, f"x{path}")
+        if problem:
+            raise AssertionError(f"jit identity: a leaf changed at {problem}")
+    merged = [got if _is_array_like(leaf) else leaf for leaf, got in zip(leaves, out, strict=True)]
+    through = jax.tree_util.tree_unflatten(treedef, merged)
+    if jax.tree_util.tree_structure(through) != treedef:
+        raise AssertionError("jit identity: the tree structure (static fields) changed")

@@ -1,0 +1,314 @@
+"""``structs(cls)``: valid instances of any struct class, drawn from its field annotations."""
+
+import enum
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jaxstruct.core as js
+from hypothesis import event, reject
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from jaxstruct.core import FieldKind, FieldSpec
+
+from ._arrays import DEFAULT_DTYPES, ArrayRequest, array_request, arrays_for
+
+__all__ = ["hashable_values", "structs", "value_strategy"]
+
+_SCALARS: dict[Any, Callable[[], st.SearchStrategy[Any]]] = {
+    int: lambda: st.integers(-(2**31), 2**31 - 1),
+    # NaN is left out of Python floats: ``x == x`` must hold for struct equality.
+    float: lambda: st.floats(allow_nan=False),
+    bool: st.booleans,
+    str: lambda: st.text(max_size=8),
+    bytes: lambda: st.binary(max_size=8),
+    complex: lambda: st.complex_numbers(allow_nan=False),
+    type(None): st.none,
+}
+
+
+def hashable_values() -> st.SearchStrategy[Any]:
+    """Return a strategy of small hashable, array-free values (what a static field may hold).
+
+    Example:
+        >>> from hypothesis import find
+        >>> from jaxstruct.testing import hashable_values
+        >>> value = find(hashable_values(), lambda v: isinstance(v, tuple))
+        >>> hash(value) == hash(value)
+        True
+    """
+    scalars = st.none() | st.booleans() | st.integers(-100, 100) | st.text(max_size=4)
+    return st.recursive(
+        scalars, lambda inner: st.tuples(inner) | st.tuples(inner, inner), max_leaves=4
+    )
+
+
+def _node_leaves(sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
+    leaves = (
+        arrays_for(_any_array(), sizes)
+        | st.floats(allow_nan=False, width=32)
+        | st.integers(-(2**31), 2**31 - 1)
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: (
+            st.lists(inner, max_size=2)
+            | st.tuples(inner, inner)
+            | st.dictionaries(st.text("abcxyz", min_size=1, max_size=3), inner, max_size=2)
+        ),
+        max_leaves=4,
+    )
+
+
+def _any_array() -> ArrayRequest:
+    return ArrayRequest("any", DEFAULT_DTYPES, None)
+
+
+def value_strategy(
+    annotation: Any, *, kind: FieldKind = FieldKind.NODE, sizes: dict[str, Any] | None = None
+) -> st.SearchStrategy[Any] | None:
+    """Return a strategy for values of ``annotation`` in a field of ``kind``, or ``None``.
+
+    ``None`` means the annotation says nothing usable (``object``, ``Any``, no
+    annotation); callers then fall back to a default for the kind.
+    """
+    sizes = {} if sizes is None else sizes
+    if annotation is None or annotation is typing.Any or annotation is object:
+        return None
+    if isinstance(annotation, str | typing.ForwardRef):
+        return None
+    request = array_request(annotation)
+    if request is not None:
+        return arrays_for(request, sizes)
+    if annotation in _SCALARS:
+        return _SCALARS[annotation]()
+    if isinstance(annotation, type):
+        if js.is_struct(annotation) or (
+            issubclass(annotation, js.Struct) and inspect.isabstract(annotation)
+        ):
+            return st.deferred(lambda: structs(annotation))
+        if issubclass(annotation, enum.Enum):
+            return st.sampled_from(list(annotation))
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return value_strategy(args[0], kind=kind, sizes=sizes)
+    if origin is typing.Literal:
+        return st.sampled_from(args)
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [value_strategy(a, kind=kind, sizes=sizes) for a in args]
+        if any(p is None for p in parts):
+            return None
+        return st.one_of(*typing.cast(list[st.SearchStrategy[Any]], parts))
+    if origin in (list, tuple, dict, set, frozenset) or annotation in (list, tuple, dict):
+        return _container(origin or annotation, args, kind, sizes)
+    if isinstance(annotation, type):
+        try:
+            return st.from_type(annotation)
+        except (InvalidArgument, TypeError):  # pragma: no cover - defensive
+            return None
+    return None
+
+
+def _container(
+    origin: Any, args: tuple[Any, ...], kind: FieldKind, sizes: dict[str, Any]
+) -> st.SearchStrategy[Any]:
+    def item(a: Any) -> st.SearchStrategy[Any]:
+        found = value_strategy(a, kind=kind, sizes=sizes)
+        return found if found is not None else _default_for(kind, sizes)
+
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return st.lists(item(args[0]), max_size=3).map(tuple)
+        if args == ((),):
+            return st.just(())
+        if args:
+            return st.tuples(*(item(a) for a in args))
+        return st.lists(_default_for(kind, sizes), max_size=3).map(tuple)
+    inner = item(args[0]) if args else _default_for(kind, sizes)
+    if origin is list:
+        return st.lists(inner, max_size=3)
+    if origin in (set, frozenset):
+        return st.frozensets(inner.filter(_is_hashable), max_size=3).map(origin)
+    keys = item(args[0]) if args else st.text("abcxyz", min_size=1, max_size=3)
+    values = item(args[1]) if len(args) == 2 else _default_for(kind, sizes)
+    return st.dictionaries(keys.filter(_is_hashable), values, max_size=3)
+
+
+def _is_hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _default_for(kind: FieldKind, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
+    if kind is FieldKind.NODE:
+        return _node_leaves(sizes)
+    if kind is FieldKind.STATIC:
+        return hashable_values()
+    return st.none() | st.integers() | st.text(max_size=4)
+
+
+def _defining_namespace(cls: type) -> dict[str, Any] | None:
+    """Find the globals of the module body that defined ``cls`` (it may not be in sys.modules).
+
+    Classes defined by ``exec`` (notebooks, doc runners) have no module to
+    resolve postponed annotations in; any function defined next to them (a
+    method, a converter, a validator) carries those globals.
+    """
+    module = sys.modules.get(cls.__module__)
+    if module is not None:
+        return vars(module)
+    candidates: list[Any] = list(vars(cls).values())
+    for spec in js.fields(cls).values():
+        candidates += [spec.converter, spec.derived, spec.default_factory, *spec.validators]
+    for value in candidates:
+        found = getattr(inspect.unwrap(value), "__globals__", None) if callable(value) else None
+        if isinstance(found, dict) and found.get("__name__") == cls.__module__:
+            return found
+    return None
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception:
+        pass
+    # Resolve field by field, so one unresolvable name loses only its own field.
+    namespace = _defining_namespace(cls)
+    hints: dict[str, Any] = {}
+    for name, spec in js.fields(cls).items():
+        annotation = spec.type
+        if isinstance(annotation, str) and namespace is not None:
+            try:
+                annotation = eval(annotation, dict(namespace))
+            except Exception:
+                annotation = None
+        hints[name] = annotation
+    return hints
+
+
+def _concrete_subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    stack = [cls]
+    while stack:
+        klass = stack.pop()
+        for sub in type.__subclasses__(klass):
+            stack.append(sub)
+            if js.is_struct(sub) and not inspect.isabstract(sub) and sub not in found:
+                found.append(sub)
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
+
+
+def _field_strategy(
+    cls: type, spec: FieldSpec, annotation: Any, sizes: dict[str, Any]
+) -> st.SearchStrategy[Any]:
+    found = value_strategy(annotation, kind=spec.kind, sizes=sizes)
+    if found is None:
+        found = _default_for(spec.kind, sizes)
+    if spec.kind is FieldKind.STATIC:
+        found = found.filter(_is_hashable)
+    return found
+
+
+def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Return a strategy of valid instances of the struct class ``cls``.
+
+    Field values come from the annotations: arrays (NumPy or JAX, dtypes and
+    shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations), nested
+    structs, containers, scalars, enums and literals; static fields only get
+    hashable values; fields with a default sometimes keep it. Converters and
+    validators run as in normal construction, and draws they reject are
+    discarded (never raised). An abstract class draws from its concrete
+    subclasses.
+
+    Args:
+        cls: the struct class.
+        **overrides: a strategy per field name, used instead of the inferred one.
+
+    Returns:
+        A Hypothesis strategy of ``cls`` instances.
+
+    Raises:
+        TypeError: ``cls`` is not a struct class, an override is not a strategy,
+            or an override names no constructor field.
+
+    Example:
+        >>> import numpy as np
+        >>> from hypothesis import given, settings, strategies as st
+        >>> import jaxstruct.core as js
+        >>> from jaxstruct.testing import structs
+        >>> class Point(js.Struct):
+        ...     xy: np.ndarray
+        ...     label: str = js.field(static=True, default="p")
+        >>> @settings(max_examples=5)
+        ... @given(structs(Point, label=st.sampled_from(["a", "b"])))
+        ... def test(p):
+        ...     assert isinstance(p.xy, np.ndarray) and p.label in ("a", "b", "p")
+        >>> test()
+    """
+    if not (isinstance(cls, type) and issubclass(cls, js.Struct) and cls is not js.Struct):
+        raise TypeError(f"structs() expected a Struct subclass, got {cls!r}")
+    for name, value in overrides.items():
+        if not isinstance(value, st.SearchStrategy):
+            raise TypeError(
+                f"structs({cls.__qualname__}, {name}=...): expected a strategy, got "
+                f"{type(value).__name__} {value!r}; wrap a constant as st.just({value!r})"
+            )
+    if inspect.isabstract(cls):
+        subs = _concrete_subclasses(cls)
+        if not subs:
+            raise TypeError(
+                f"structs(): {cls.__qualname__} is abstract and has no concrete subclass yet; "
+                "define one, or pass a concrete class"
+            )
+        return st.one_of(*(structs(sub, **_known(sub, overrides)) for sub in subs))
+    fields = js.fields(cls)
+    settable = {name: spec for name, spec in fields.items() if spec.init and spec.derived is None}
+    unknown = [name for name in overrides if name not in settable]
+    if unknown:
+        raise TypeError(
+            f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field the "
+            f"constructor takes; overridable fields are {sorted(settable)}"
+        )
+    return _draw_instance(cls, settable, overrides)
+
+
+def _known(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    names = js.fields(cls)
+    return {k: v for k, v in overrides.items() if k in names}
+
+
+@st.composite
+def _draw_instance(
+    draw: Callable[..., Any],
+    cls: type,
+    settable: dict[str, FieldSpec],
+    overrides: Mapping[str, st.SearchStrategy[Any]],
+) -> Any:
+    hints = _hints(cls)
+    sizes: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for name, spec in settable.items():
+        if name in overrides:
+            values[name] = draw(overrides[name])
+            continue
+        if spec.has_default and draw(st.booleans()):
+            continue
+        values[name] = draw(_field_strategy(cls, spec, hints.get(name, spec.type), sizes))
+    layout = cls.__struct_layout__
+    try:
+        if layout.user_init:
+            # A hand-written __init__ has its own signature: build from field values.
+            return js.build(cls, values)
+        return cls(**values)
+    except Exception as err:
+        # Converters and validators decide what is valid; a rejected draw is
+        # discarded, never reported as a failure of the test using the strategy.
+        event(f"jaxstruct: {cls.__qualname__} rejected a draw ({type(err).__name__})")
+        reject()
