@@ -6,6 +6,8 @@ import doctest
 import importlib
 import pkgutil
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ def test_doc_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for index, source in enumerate(blocks):
-        code = compile(source, f"{page.name}[block {index}]", "exec")
+        code = compile(source, f"{page.name}[block {index}]", "exec", dont_inherit=True)
         exec(code, namespace)
 
 
@@ -46,7 +48,17 @@ def test_docstring_examples_run(module_name: str) -> None:
     module = importlib.import_module(module_name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    for test in finder.find(module, module_name):
-        runner.run(test)
+    for index, test in enumerate(finder.find(module, module_name)):
+        # Run each example in a real (throwaway) module, as user code runs, so
+        # classes it defines resolve their annotations in its namespace.
+        scratch = types.ModuleType(f"_doctest_{module_name.replace('.', '_')}_{index}")
+        scratch.__dict__.update(test.globs)
+        scratch.__dict__["__name__"] = scratch.__name__
+        sys.modules[scratch.__name__] = scratch
+        test.globs = scratch.__dict__
+        try:
+            runner.run(test, clear_globs=False)
+        finally:
+            del sys.modules[scratch.__name__]
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) failed in {module_name}"

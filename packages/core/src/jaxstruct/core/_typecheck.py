@@ -16,6 +16,7 @@ types are checked.
 
 from __future__ import annotations
 
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -30,8 +31,9 @@ _Checker = Callable[[Any], bool]
 #: class -> ((field name, annotation, checker), ...), resolved on first use.
 _tables: dict[type, tuple[tuple[str, Any, _Checker], ...]] = {}
 _runner: Callable[..., None] | None = None
+_OUR_FILES = f"{os.sep}jaxstruct{os.sep}"
 #: class -> names of the scope its class statement ran in (typecheck classes only).
-_defining_scopes: dict[type, dict[str, Any]] = {}
+_defining_scopes: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 INSTALL_HELP = (
     "typecheck=True needs jaxtyping (and beartype for general hints); install them with: "
@@ -70,7 +72,9 @@ def _resolve(cls: type) -> tuple[tuple[str, Any, _Checker], ...]:
             owner = spec.owner or cls
             module = sys.modules.get(owner.__module__)
             scope = dict(vars(module)) if module is not None else {}
-            scope.update(_defining_scopes.get(owner, {}))
+            defining_globals, defining_locals = _defining_scopes.get(owner, ({}, {}))
+            scope.update(defining_globals)
+            scope.update(defining_locals)
             try:
                 hint = eval(hint, scope, dict(vars(owner)))
             except Exception as err:
@@ -238,15 +242,18 @@ def _keyword(cls: type, value: Any) -> None:
         _require_jaxtyping()
 
 
-def _defining_scope() -> dict[str, Any]:
-    """Names visible where the class statement ran (a function body, a doctest)."""
+def _defining_scope() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The globals (live) and locals (a copy) where the class statement ran."""
     frame = sys._getframe(1)
     while frame is not None:
+        # Skip our own layers' frames by file, not by module name: a doctest
+        # runs in a copy of a jaxstruct module's globals.
+        inside = _OUR_FILES in frame.f_code.co_filename
         name = frame.f_globals.get("__name__", "")
-        if not (name.startswith("jaxstruct.") or name in ("abc", "typing", "typing_extensions")):
-            return {**frame.f_globals, **frame.f_locals}
+        if not inside and name not in ("abc", "typing", "typing_extensions"):
+            return frame.f_globals, dict(frame.f_locals)
         frame = frame.f_back
-    return {}
+    return {}, {}
 
 
 def _on_class(cls: type) -> None:
