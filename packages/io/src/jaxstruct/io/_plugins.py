@@ -139,6 +139,9 @@ class PluginRegistry:
                     f"{AUTOLOAD_ENV}=1 to skip plugin autoloading"
                 ) from err
             name = f"entrypoint:{ep.name}"
+            if self.manager.get_plugin(name) is plugin:
+                # The same entry point loaded again (a registry reset): nothing new.
+                continue
             if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
                 raise PluginError(
                     f"jaxstruct.io plugin {ep.name!r} from {source!r} is registered twice; "
