@@ -108,7 +108,7 @@ def generate_init(cls: type) -> Any:
             )
         # The flattened form read by the C-level flatten (see set_caches).
         children = "".join(f"_js_self.{n}, " for n in layout.node_names)
-        aux = "".join(f"_js_self.{n}, " for n in layout.aux_names)
+        aux = "".join(f"_js_self.{n}, " for n in layout.static_names)
         if layout.opaque_names:
             env["_js_Opaque"] = Opaque
             opaque = "".join(f"_js_self.{n}, " for n in layout.opaque_names)
@@ -169,13 +169,14 @@ def _generate_unflatten(cls: type) -> Any:
         lines += [
             f"    _js_osa(_js_self, {name!r}, _js_n{i})" for i, name in enumerate(layout.node_names)
         ]
-    aux_targets = [f"_js_a{i}" for i in range(len(layout.aux_names))]
+    aux_targets = [f"_js_a{i}" for i in range(len(layout.static_names))]
     if layout.opaque_names:
         aux_targets.append("_js_opaque")
     if aux_targets:
         lines.append(f"    {', '.join(aux_targets)}, = _js_aux")
         lines += [
-            f"    _js_osa(_js_self, {name!r}, _js_a{i})" for i, name in enumerate(layout.aux_names)
+            f"    _js_osa(_js_self, {name!r}, _js_a{i})"
+            for i, name in enumerate(layout.static_names)
         ]
     if layout.opaque_names:
         targets = ", ".join(f"_js_o{i}" for i in range(len(layout.opaque_names)))
@@ -242,7 +243,7 @@ def generate_replace(layout: Layout) -> Any:
         body.append(f"    _js_osa(_js_n, {name!r}, {local})")
     index = {spec.name: i for i, spec in enumerate(layout.fields)}
     children = "".join(f"_js_v{index[n]}, " for n in layout.node_names)
-    aux = "".join(f"_js_v{index[n]}, " for n in layout.aux_names)
+    aux = "".join(f"_js_v{index[n]}, " for n in layout.static_names)
     if layout.opaque_names:
         opaque = "".join(f"_js_v{index[n]}, " for n in layout.opaque_names)
         aux += f"_js_Opaque(({opaque})), "

@@ -53,7 +53,6 @@ class Layout:
     """Field tables and hook flags of one struct class."""
 
     __slots__ = (
-        "aux_names",
         "by_name",
         "checks",
         "cls",
@@ -83,7 +82,6 @@ class Layout:
         self.node_names = tuple(f.name for f in fields if f.kind is FieldKind.NODE)
         self.static_names = tuple(f.name for f in fields if f.kind is FieldKind.STATIC)
         self.opaque_names = tuple(f.name for f in fields if f.kind is FieldKind.OPAQUE)
-        self.aux_names = self.static_names
         self.static_checked = tuple(
             f.name for f in fields if f.kind is FieldKind.STATIC and f.derived is None
         )

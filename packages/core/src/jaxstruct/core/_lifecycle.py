@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ._errors import ValidationError
-from ._fields import MISSING, FieldSpec
+from ._fields import MISSING
 from ._layout import FLAT, Layout, Opaque
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "check_static",
     "compute_derived",
     "finish",
-    "invalidate",
     "new_from_values",
     "set_caches",
 ]
@@ -51,16 +50,6 @@ def building() -> set[int]:
     return _building.ids
 
 
-def invalidate(obj: Any) -> None:
-    """Drop the cached flattened form after a field changed during construction."""
-    # Never touch obj.__dict__ on a hot path: on CPython 3.11 materialising it
-    # moves the instance off the inline-values layout and slows every later read.
-    try:
-        object.__delattr__(obj, FLAT)
-    except AttributeError:
-        pass
-
-
 def set_caches(obj: Any, layout: Layout) -> None:
     """Store the flattened form ``(children, aux)`` that flatten reads.
 
@@ -72,7 +61,7 @@ def set_caches(obj: Any, layout: Layout) -> None:
     slower.)
     """
     children = tuple([getattr(obj, n) for n in layout.node_names])
-    aux = tuple([getattr(obj, n) for n in layout.aux_names])
+    aux = tuple([getattr(obj, n) for n in layout.static_names])
     if layout.opaque_names:
         aux += (Opaque(tuple([getattr(obj, n) for n in layout.opaque_names])),)
     _osa(obj, FLAT, (children, aux))
@@ -169,6 +158,13 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
         if layout.derived:
             compute_derived(obj, layout)
         if post_init and layout.post_init is not None:
+            # __post_init__ may use the instance as a pytree; give it a current
+            # flattened form (rebuilt below once the fields are final). Fields
+            # left for __post_init__ to assign make that impossible until then.
+            try:
+                set_caches(obj, layout)
+            except AttributeError:
+                pass
             layout.post_init(obj)
             if layout.derived:
                 compute_derived(obj, layout)
@@ -221,11 +217,6 @@ def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, con
         _osa(obj, spec.name, value)
     finish(obj, layout, post_init=False)
     return obj
-
-
-def field_spec(layout: Layout, name: str) -> FieldSpec | None:
-    """Return the spec of ``name`` or ``None``."""
-    return layout.by_name.get(name)
 
 
 def assign_arguments(

@@ -19,7 +19,6 @@ from ._lifecycle import (
     building,
     check_static,
     finish,
-    invalidate,
     set_caches,
 )
 from ._meta import StructMeta
@@ -111,8 +110,8 @@ class Struct(metaclass=StructMeta):
                 )
             if spec.converter is not None:
                 value = layout.convert(self, spec, value)
+            # The flattened form is rebuilt when construction finishes.
             _osa(self, name, value)
-            invalidate(self)
             return
         raise FrozenStructError(
             f"cannot assign {name!r}: {type(self).__qualname__} instances are frozen; "
