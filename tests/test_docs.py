@@ -52,8 +52,11 @@ def test_docstring_examples_run(module_name: str) -> None:
         # Run each example in a real (throwaway) module, as user code runs, so
         # classes it defines resolve their annotations in its namespace.
         scratch = types.ModuleType(f"_doctest_{module_name.replace('.', '_')}_{index}")
-        scratch.__dict__.update(test.globs)
-        scratch.__dict__["__name__"] = scratch.__name__
+        # Only the module's own names: copying __spec__/__path__ would make the
+        # scratch module pose as the package and get its submodules imported twice.
+        scratch.__dict__.update(
+            (k, v) for k, v in test.globs.items() if not (k.startswith("__") and k.endswith("__"))
+        )
         sys.modules[scratch.__name__] = scratch
         test.globs = scratch.__dict__
         try:
