@@ -5,15 +5,24 @@ Run with:  uv run python examples/demo.py
 
 from __future__ import annotations
 
+import abc
 import tempfile
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import jaxstruct.abc as jsa
 import jaxstruct.core as js
 
 
-class Linear(js.Struct):
+class Layer(js.Struct, metaclass=jsa.StructABCMeta):
+    """An abstract base: every concrete layer must define __call__."""
+
+    @abc.abstractmethod
+    def __call__(self, x: jax.Array) -> jax.Array: ...
+
+
+class Linear(Layer):
     """A dense layer: arrays are node fields, the activation is static."""
 
     w: jax.Array
@@ -80,10 +89,10 @@ def main() -> None:
 
     x = jax.random.normal(key, (64, 3))
     y = jnp.sin(x.sum(axis=1))
-    first = None
-    for _ in range(200):
+    state, first = train_step(state, x, y)
+    loss = first
+    for _ in range(199):
         state, loss = train_step(state, x, y)
-        first = loss if first is None else first
     print(f"loss {float(first):.4f} -> {float(loss):.4f} after {int(state.step)} steps")
     assert float(loss) < float(first)
 
@@ -100,6 +109,17 @@ def main() -> None:
         state.replace(lr=-1.0)
     except js.ValidationError as err:
         print("rejected:", err)
+
+    # Abstract bases cannot be instantiated.
+    try:
+        Layer()  # pyright: ignore[reportAbstractUsage] - the point of the example
+    except TypeError as err:
+        print("abstract:", err)
+
+    # Functional edits deep in the tree: zero the output bias with a selector.
+    zeroed = state.select().at(lambda s: s.params.out.b).apply(jnp.zeros_like)
+    assert float(jnp.abs(zeroed.params.out.b).sum()) == 0.0 and zeroed.step == state.step
+    print("selector edit: out.b ->", zeroed.params.out.b)
 
     # Checkpoints: a directory or a .zip archive, written atomically. Loading
     # imports nothing and runs no code of classes this process did not define.
