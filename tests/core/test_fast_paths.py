@@ -49,3 +49,128 @@ def test_post_init_assignment_after_flatten_is_not_stale() -> None:
             self.x = 5
 
     assert jax.tree_util.tree_leaves(Late(x=1)) == [5]
+
+
+def test_flatten_with_keys_is_a_c_level_attrgetter() -> None:
+    """Paths come from a cached keyed form read by operator.attrgetter too."""
+    assert isinstance(js.resolve_pytree_spec(_Point).flatten_with_keys, operator.attrgetter)
+
+
+def test_flattened_form_is_built_on_first_flatten_not_by_construction() -> None:
+    """Construction leaves the flattened form to the first flatten, which keeps it."""
+    p = _Point(x=jnp.ones(2), y=1.0)
+    assert "_jaxstruct_flat" not in vars(p)
+    leaves, treedef = jax.tree_util.tree_flatten(p)
+    assert vars(p)["_jaxstruct_flat"] == ((p.x, 1.0), ("p",))
+    # Unflatten stores the form it was given right away.
+    assert "_jaxstruct_flat" in vars(jax.tree_util.tree_unflatten(treedef, leaves))
+
+
+def test_paths_are_current_after_construction_replace_and_unflatten() -> None:
+    """tree_flatten_with_path names every node field, however the instance was made."""
+    p = _Point(x=jnp.ones(2), y=1.0)
+    for obj in (p, p.replace(y=2.0), jax.tree_util.tree_map(lambda a: a, p)):
+        for _ in range(2):  # the second call reads the cached keyed form
+            pairs = jax.tree_util.tree_flatten_with_path(obj)[0]
+            assert [jax.tree_util.keystr(k) for k, _ in pairs] == [".x", ".y"]
+            assert pairs[1][1] == obj.y
+
+
+def test_post_init_flattens_see_every_assignment() -> None:
+    """Flattening a half-built instance never caches: each flatten sees the latest fields."""
+    seen: list[list[object]] = []
+
+    class Steps(js.Struct):
+        a: object
+        b: object = 0
+
+        def __post_init__(self) -> None:
+            seen.append(jax.tree_util.tree_leaves(self))
+            self.b = 2
+            seen.append([v for _, v in jax.tree_util.tree_flatten_with_path(self)[0]])
+            self.a = 3
+
+    s = Steps(a=1)
+    assert seen == [[1, 0], [1, 2]]
+    assert jax.tree_util.tree_leaves(s) == [3, 2]
+    assert [v for _, v in jax.tree_util.tree_flatten_with_path(s)[0]] == [3, 2]
+
+
+def test_rederive_refreshes_paths_and_leaves() -> None:
+    """After rederive() both flattened forms (plain and with paths) show the new values."""
+
+    class Bag(js.Struct):
+        items: list[int]
+        size: int = js.field(static=True, init=False, derived=lambda self: len(self.items))
+
+    bag = Bag(items=[1])
+    fresh = Bag(items=[1, 7])
+    assert jax.tree_util.tree_structure(bag) != jax.tree_util.tree_structure(fresh)
+    jax.tree_util.tree_flatten_with_path(bag)  # caches the keyed form
+    bag.items.append(7)
+    bag.rederive()
+    assert jax.tree_util.tree_structure(bag) == jax.tree_util.tree_structure(fresh)
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(bag)
+    assert treedef == jax.tree_util.tree_structure(fresh)
+    assert [v for _, v in pairs] == [1, 7]
+
+
+class _Conv(js.Struct):
+    x: object = js.field(converter=jnp.asarray)
+    n: object = js.field(static=True, default=1)
+
+
+def test_generated_replace_is_installed_and_keyword_only() -> None:
+    """The first replace() compiles one with every field as an optional keyword."""
+    import inspect
+
+    p = _Conv(x=1.0)
+    q = p.replace(n=2)
+    method = type(p).__dict__["replace"]
+    params = inspect.signature(method).parameters
+    assert [n for n, v in params.items() if v.kind is v.KEYWORD_ONLY] == ["x", "n"]
+    assert method.__doc__ and "Return a copy" in method.__doc__
+    assert q.x is p.x and q.n == 2  # an unchanged field is not converted again
+    r = q.replace(x=[1, 2])
+    assert isinstance(r.x, jax.Array) and r.n == 2  # a changed field is
+    assert p.replace() == p and p.replace() is not p
+
+
+def test_generated_replace_errors_name_the_field() -> None:
+    """Unknown names, positional arguments and bad static values get clear errors."""
+    import pytest
+
+    p = _Conv(x=1.0)
+    p.replace()
+    with pytest.raises(TypeError, match=r"unknown field 'y'.*fields are \['x', 'n'\]"):
+        p.replace(y=1)
+    with pytest.raises(TypeError):
+        p.replace(2.0)  # type: ignore[misc]
+    with pytest.raises(js.ValidationError, match=r"_Conv\.n must be hashable"):
+        p.replace(n=[1])
+    with pytest.raises(js.ValidationError, match="holds an array"):
+        p.replace(n=jnp.ones(2))
+
+
+def test_replace_on_subclasses_and_user_overrides() -> None:
+    """A subclass gets its own replace; a user-defined replace is never overwritten."""
+
+    class Base(js.Struct):
+        x: int
+
+    class Child(Base):
+        y: int = 0
+
+    class Custom(Base):
+        def replace(self, **changes: object) -> Custom:
+            changes.setdefault("x", 100)
+            return super().replace(**changes)
+
+    assert Base(x=1).replace(x=2) == Base(x=2)
+    c = Child(x=1, y=5).replace(x=3)
+    assert type(c) is Child and (c.x, c.y) == (3, 5)
+    assert "replace" in Child.__dict__
+    d = Custom(x=1).replace()
+    assert type(d) is Custom and d.x == 100
+    assert Custom.__dict__["replace"].__qualname__.endswith("Custom.replace")
+    assert Custom(x=1).replace(x=4).x == 4

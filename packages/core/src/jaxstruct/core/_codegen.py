@@ -17,7 +17,15 @@ from ._fields import MISSING
 from ._layout import FLAT, Layout, Opaque
 from ._lifecycle import SAFE_STATIC_TYPES, check_static, finish
 
-__all__ = ["FACTORY", "generate_init", "generate_replace", "lazy_init", "lazy_unflatten"]
+__all__ = [
+    "FACTORY",
+    "generate_flat",
+    "generate_init",
+    "generate_replace",
+    "lazy_init",
+    "lazy_unflatten",
+    "set_generic_replace",
+]
 
 _osa = object.__setattr__
 _new = object.__new__
@@ -55,6 +63,7 @@ def generate_init(cls: type) -> Any:
     resolved = layout.resolve()
     env: dict[str, Any] = {
         "_js_osa": _osa,
+        "_js_type": type,
         "_js_FACTORY": FACTORY,
         "_js_SAFE": SAFE_STATIC_TYPES,
         "_js_check": check_static,
@@ -77,6 +86,7 @@ def generate_init(cls: type) -> Any:
         else:
             param = name
         (kwonly if spec.kw_only else params).append(param)
+    checked = () if layout.has_hooks else layout.static_checked
     for spec in layout.fields:
         name = spec.name
         if spec.derived is not None:
@@ -97,43 +107,57 @@ def generate_init(cls: type) -> Any:
                 value = f"_js_c_{name}(_js_self, {value})"
             else:
                 value = f"_js_c_{name}({value})"
-        body.append(f"    _js_osa(_js_self, {name!r}, {value})")
+        if value != name:
+            body.append(f"    {name} = {value}")
+        if name in checked:
+            # Static values are checked before any field is set (the checks
+            # read locals, not attributes); int, str, ... skip the call.
+            body.append(
+                f"    if _js_type({name}) not in _js_SAFE: _js_check(_js_cls, {name!r}, {name})"
+            )
+        body.append(f"    _js_osa(_js_self, {name!r}, {name})")
     if layout.has_hooks:
         body.append("    _js_finish(_js_self, _js_layout)")
-    else:
-        for name in layout.static_checked:
-            body.append(
-                f"    if type(_js_self.{name}) not in _js_SAFE: "
-                f"_js_check(_js_cls, {name!r}, _js_self.{name})"
-            )
-        # The flattened form read by the C-level flatten (see set_caches).
-        children = "".join(f"_js_self.{n}, " for n in layout.node_names)
-        aux = "".join(f"_js_self.{n}, " for n in layout.static_names)
-        if layout.opaque_names:
-            env["_js_Opaque"] = Opaque
-            opaque = "".join(f"_js_self.{n}, " for n in layout.opaque_names)
-            aux += f"_js_Opaque(({opaque})), "
-        body.append(f"    _js_osa(_js_self, {FLAT!r}, (({children}), ({aux})))")
+    # Without hooks the flattened form is left to be built on first flatten.
     if not body:
         body.append("    pass")
     signature = ", ".join(["_js_self", *params, *(["*", *kwonly] if kwonly else [])])
-    names = ", ".join(env)
-    source = (
-        f"def _js_make({names}):\n"
-        f"  def __init__({signature}):\n"
-        + "\n".join("  " + line for line in body)
-        + "\n  return __init__\n"
-    )
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<jaxstruct {cls.__qualname__}.__init__>", "exec"), namespace)
-    init = namespace["_js_make"](**env)
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
+    init = _compile(cls, "__init__", signature, body, env)
     init.__doc__ = f"Create a {cls.__name__} from its fields."
     init._jaxstruct_generated = True
     init._jaxstruct_compiled = True
     type.__setattr__(cls, "__init__", init)
     return init
+
+
+def _compile(cls: type, name: str, signature: str, body: list[str], env: dict[str, Any]) -> Any:
+    """Compile ``def name(signature): body`` with ``env``'s entries as closure cells."""
+    source = (
+        f"def _js_make({', '.join(env)}):\n"
+        f"  def {name}({signature}):\n"
+        + "\n".join("  " + line for line in body)
+        + f"\n  return {name}\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<jaxstruct {cls.__qualname__}.{name}>", "exec"), namespace)
+    fn = namespace["_js_make"](**env)
+    fn.__qualname__ = f"{cls.__qualname__}.{name}"
+    fn.__module__ = cls.__module__
+    return fn
+
+
+def generate_flat(layout: Layout) -> Any:
+    """Compile ``obj -> (children, aux)`` for the class of ``layout`` and keep it there."""
+    env: dict[str, Any] = {"_js_Opaque": Opaque}
+    children = "".join(f"_js_self.{n}, " for n in layout.node_names)
+    aux = "".join(f"_js_self.{n}, " for n in layout.static_names)
+    if layout.opaque_names:
+        opaque = "".join(f"_js_self.{n}, " for n in layout.opaque_names)
+        aux += f"_js_Opaque(({opaque})), "
+    body = [f"    return ({children}), ({aux})"]
+    fn = _compile(layout.cls, "flat_of", "_js_self", body, env)
+    layout.flat_of = fn
+    return fn
 
 
 def _stub_unflatten(
@@ -199,65 +223,79 @@ def _generate_unflatten(cls: type) -> Any:
     return fast
 
 
-def generate_replace(layout: Layout) -> Any:
-    """Compile ``replace`` for a class without lifecycle hooks (converters are fine).
+def generate_replace(cls: type) -> Any:
+    """Compile and install ``replace`` for a class without lifecycle hooks.
 
-    Unchanged fields are copied as they are; changed ones are converted and, if
-    static, checked; the flattened form is rebuilt from the new values.
+    The generated method takes every field as an optional keyword argument:
+    unchanged fields are copied as they are; changed ones are converted and,
+    if static, checked. Anything unusual (an unknown or derived name, an
+    instance of a subclass) goes to ``generic``, the lifecycle-running path.
     """
-    cls = layout.cls
+    layout: Layout = cls.__dict__["__struct_layout__"]
+    current = cls.__dict__.get("replace")
+    if current is not None and getattr(current, "_jaxstruct_fast_replace", False):
+        return current
     resolved = layout.resolve()
     env: dict[str, Any] = {
         "_js_osa": _osa,
         "_js_new": _new,
+        "_js_type": type,
         "_js_cls": cls,
-        "_js_names": frozenset(layout.by_name),
+        "_js_M": MISSING,
         "_js_SAFE": SAFE_STATIC_TYPES,
         "_js_check": check_static,
         "_js_Opaque": Opaque,
+        "_js_slow": _slow_replace,
+        "_js_names": tuple(f.name for f in layout.fields),
     }
+    names = [f.name for f in layout.fields]
+    values = "".join(f"{n}, " for n in names)
     body = [
-        "    for _js_k in _js_changes:",
-        "        if _js_k not in _js_names: return None",
+        "    if _js_more or _js_type(_js_self) is not _js_cls:",
+        f"        return _js_slow(_js_self, _js_names, ({values}), _js_more)",
         "    _js_n = _js_new(_js_cls)",
-        "    _js_get = _js_changes.get",
     ]
-    static_checked = set(layout.static_checked)
-    for i, spec in enumerate(layout.fields):
+    checked = set(layout.static_checked)
+    for spec in layout.fields:
         name = spec.name
-        local = f"_js_v{i}"
-        body.append(f"    {local} = _js_get({name!r}, _js_self.{name})")
+        body.append(f"    if {name} is _js_M: {name} = _js_self.{name}")
+        changed: list[str] = []
         if spec.converter is not None:
             env[f"_js_c_{name}"] = spec.converter
-            call = (
-                f"_js_c_{name}(_js_n, {local})"
-                if resolved["converters"][name]
-                else f"_js_c_{name}({local})"
+            first = "_js_n, " if resolved["converters"][name] else ""
+            changed.append(f"{name} = _js_c_{name}({first}{name})")
+        if name in checked:
+            changed.append(
+                f"if _js_type({name}) not in _js_SAFE: _js_check(_js_cls, {name!r}, {name})"
             )
-            body.append(f"    if {name!r} in _js_changes: {local} = {call}")
-        if name in static_checked:
-            body.append(
-                f"    if type({local}) not in _js_SAFE and {name!r} in _js_changes: "
-                f"_js_check(_js_cls, {name!r}, {local})"
-            )
-        body.append(f"    _js_osa(_js_n, {name!r}, {local})")
-    index = {spec.name: i for i, spec in enumerate(layout.fields)}
-    children = "".join(f"_js_v{index[n]}, " for n in layout.node_names)
-    aux = "".join(f"_js_v{index[n]}, " for n in layout.static_names)
-    if layout.opaque_names:
-        opaque = "".join(f"_js_v{index[n]}, " for n in layout.opaque_names)
-        aux += f"_js_Opaque(({opaque})), "
-    body.append(f"    _js_osa(_js_n, {FLAT!r}, (({children}), ({aux})))")
+        if changed:
+            body.append("    else:")
+            body += [f"        {line}" for line in changed]
+        body.append(f"    _js_osa(_js_n, {name!r}, {name})")
     body.append("    return _js_n")
-    names = ", ".join(env)
-    source = (
-        f"def _js_make({names}):\n"
-        "  def replace(_js_self, _js_changes):\n"
-        + "\n".join("  " + line for line in body)
-        + "\n  return replace\n"
-    )
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<jaxstruct {cls.__qualname__}.replace>", "exec"), namespace)
-    fast = namespace["_js_make"](**env)
-    layout.fast_replace = fast
-    return fast
+    keywords = ["*", *(f"{n}=_js_M" for n in names)] if names else []
+    signature = ", ".join(["_js_self", "/", *keywords, "**_js_more"])
+    fn = _compile(cls, "replace", signature, body, env)
+    fn.__doc__ = _replace_doc
+    fn._jaxstruct_fast_replace = True
+    type.__setattr__(cls, "replace", fn)
+    return fn
+
+
+_replace_doc: str | None = None
+_generic_replace: Any = None
+
+
+def set_generic_replace(fn: Any) -> None:
+    """Tell the generated ``replace`` methods where the general path is (``Struct.replace``)."""
+    global _generic_replace, _replace_doc
+    _generic_replace = fn
+    _replace_doc = fn.__doc__
+
+
+def _slow_replace(
+    obj: Any, names: tuple[str, ...], values: tuple[Any, ...], more: dict[str, Any]
+) -> Any:
+    changes = {n: v for n, v in zip(names, values, strict=True) if v is not MISSING}
+    changes.update(more)
+    return _generic_replace(obj, **changes)

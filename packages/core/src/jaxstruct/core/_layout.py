@@ -15,11 +15,14 @@ from jax.tree_util import GetAttrKey
 
 from ._fields import FieldKind, FieldSpec, required_positional
 
-__all__ = ["FLAT", "Layout", "Opaque"]
+__all__ = ["FLAT", "KEYED", "Layout", "Opaque"]
 
 # Instance attribute caching the flattened form ``(children, aux)``; flatten is
 # ``operator.attrgetter(FLAT)``, so JAX flattens a struct without calling Python.
+# It is filled on first use (see ``_cache``) and by unflatten.
 FLAT = "_jaxstruct_flat"
+# The same with keys, ``(((key, child), ...), aux)``, read by flatten-with-path.
+KEYED = "_jaxstruct_keyed"
 
 
 class Opaque:
@@ -59,8 +62,8 @@ class Layout:
         "compare_names",
         "converters",
         "derived",
-        "fast_replace",
         "fields",
+        "flat_of",
         "has_hooks",
         "init_fields",
         "keys",
@@ -113,8 +116,8 @@ class Layout:
         )
         # Filled by resolve(): (spec, takes_self) pairs per hook.
         self.resolved: dict[str, Any] | None = None
-        # Specialised replace for classes without hooks, compiled on first use.
-        self.fast_replace: Callable[[Any, dict[str, Any]], Any] | None = None
+        # Specialised ``obj -> (children, aux)``, compiled on first use.
+        self.flat_of: Callable[[Any], tuple[Any, Any]] | None = None
 
     def resolve(self) -> dict[str, Any]:
         """Decide hook arities once (inspecting signatures, never calling) and cache them."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._errors import ValidationError
 from ._fields import MISSING
-from ._layout import FLAT, Layout, Opaque
+from ._layout import Layout
 
 __all__ = [
     "SAFE_STATIC_TYPES",
@@ -27,7 +27,6 @@ __all__ = [
     "compute_derived",
     "finish",
     "new_from_values",
-    "set_caches",
 ]
 
 _osa = object.__setattr__
@@ -48,23 +47,6 @@ _building = _Building()
 def building() -> set[int]:
     """Return the ids of instances this thread is constructing (still mutable)."""
     return _building.ids
-
-
-def set_caches(obj: Any, layout: Layout) -> None:
-    """Store the flattened form ``(children, aux)`` that flatten reads.
-
-    Flatten is ``operator.attrgetter`` of this one attribute, so JAX
-    flattens a struct without calling Python. They are filled whenever an
-    instance is completed (construction, ``replace``, ``build``, ``rederive``)
-    and by unflatten. (A lazy ``__getattr__`` would be cheaper to build but on
-    CPython 3.11 any ``__getattr__`` makes every attribute read several times
-    slower.)
-    """
-    children = tuple([getattr(obj, n) for n in layout.node_names])
-    aux = tuple([getattr(obj, n) for n in layout.static_names])
-    if layout.opaque_names:
-        aux += (Opaque(tuple([getattr(obj, n) for n in layout.opaque_names])),)
-    _osa(obj, FLAT, (children, aux))
 
 
 def check_static(cls: type, name: str, value: Any) -> None:
@@ -158,13 +140,6 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
         if layout.derived:
             compute_derived(obj, layout)
         if post_init and layout.post_init is not None:
-            # __post_init__ may use the instance as a pytree; give it a current
-            # flattened form (rebuilt below once the fields are final). Fields
-            # left for __post_init__ to assign make that impossible until then.
-            try:
-                set_caches(obj, layout)
-            except AttributeError:
-                pass
             layout.post_init(obj)
             if layout.derived:
                 compute_derived(obj, layout)
@@ -173,7 +148,6 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
     finally:
         if fresh:
             ids.discard(key)
-    set_caches(obj, layout)
     if layout.checks:
         # __check_init__ sees the frozen instance (as in equinox): an invariant
         # check that assigns a field is a bug, so it raises FrozenStructError.

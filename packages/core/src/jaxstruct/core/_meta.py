@@ -21,12 +21,15 @@ from typing_extensions import dataclass_transform
 from ._codegen import lazy_init, lazy_unflatten
 from ._errors import StructDefinitionError
 from ._fields import MISSING, FieldSpec, field
-from ._layout import FLAT, Layout
+from ._layout import FLAT, KEYED, Layout
 from ._userinit import wrap_user_init
 
 __all__ = ["StructMeta", "class_options", "extension_keywords"]
 
+# Both read a per-instance cache (built on first use, see _cache): JAX
+# flattens a struct without calling Python.
 _flatten = operator.attrgetter(FLAT)
+_flatten_with_keys = operator.attrgetter(KEYED)
 
 #: Names of the ``Struct`` API that a field may not shadow on instances.
 RESERVED = frozenset(
@@ -301,21 +304,15 @@ def _check_parent_init(cls: type, qual: str, overwrite: bool) -> None:
 
 
 def _register(cls: type, layout: Layout) -> None:
-    keys = layout.keys
-
-    def flatten_with_keys(obj: Any) -> tuple[Any, Any]:
-        children, aux = _flatten(obj)
-        return zip(keys, children), aux  # noqa: B905 - same length by construction; strict costs
-
     unflatten = lazy_unflatten(cls)
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, _flatten)
+    jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, unflatten, _flatten)
     add_spec(
         PytreeSpec(
             cls,
             kind="struct",
             flatten=_flatten,
             unflatten=unflatten,
-            flatten_with_keys=flatten_with_keys,
+            flatten_with_keys=_flatten_with_keys,
             node_fields=layout.node_names,
             static_fields=layout.static_names,
         )

@@ -9,6 +9,8 @@ from typing import Any, ClassVar, TypeVar
 
 import jax
 
+from ._cache import FlatForm, KeyedForm, refresh
+from ._codegen import generate_replace, set_generic_replace
 from ._compare import hash_fields, values_equal
 from ._errors import FrozenStructError, MissingDistributionError
 from ._fields import MISSING, FieldKind, FieldSpec
@@ -19,7 +21,6 @@ from ._lifecycle import (
     building,
     check_static,
     finish,
-    set_caches,
 )
 from ._meta import StructMeta
 from ._repr import format_value
@@ -81,6 +82,10 @@ class Struct(metaclass=StructMeta):
 
     # ClassVar: dataclass_transform would otherwise make it a constructor parameter.
     __struct_layout__: ClassVar[Layout]
+
+    # The flattened forms JAX reads, built per instance on first use (see _cache).
+    _jaxstruct_flat = FlatForm()
+    _jaxstruct_keyed = KeyedForm()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Assign fields from arguments for any struct class (used by ``super().__init__``)."""
@@ -144,15 +149,9 @@ class Struct(metaclass=StructMeta):
         """
         cls = type(self)
         layout = cls.__struct_layout__
-        fast = layout.fast_replace
-        if fast is None and not layout.has_hooks and not layout.derived:
-            from ._codegen import generate_replace
-
-            fast = generate_replace(layout)
-        if fast is not None:
-            new = fast(self, changes)
-            if new is not None:
-                return new
+        if not layout.has_hooks and not layout.derived and _replace_is_ours(cls):
+            # Compile the keyword-only replace of this class and use it from now on.
+            return generate_replace(cls)(self, **changes)
         by_name = layout.by_name
         for name in changes:
             spec = by_name.get(name)
@@ -186,7 +185,6 @@ class Struct(metaclass=StructMeta):
                     value = getattr(new, name)
                     if type(value) not in SAFE_STATIC_TYPES:
                         check_static(cls, name, value)
-            set_caches(new, layout)
         return new
 
     def rederive(self: S) -> S:
@@ -211,7 +209,7 @@ class Struct(metaclass=StructMeta):
             from ._lifecycle import compute_derived
 
             compute_derived(self, layout)
-            set_caches(self, layout)
+            refresh(self)
         return self
 
     # -- protocol ---------------------------------------------------------------------
@@ -315,6 +313,17 @@ class Struct(metaclass=StructMeta):
         from ._select import select
 
         return select(self)
+
+
+set_generic_replace(Struct.replace)
+
+
+def _replace_is_ours(cls: type) -> bool:
+    """Whether ``cls.replace`` is ``Struct.replace`` or one we generated (not a user's)."""
+    if "replace" in cls.__dict__:
+        return False
+    method = getattr(cls, "replace", None)
+    return method is Struct.replace or getattr(method, "_jaxstruct_fast_replace", False)
 
 
 def _plain(value: Any, include_opaque: bool) -> Any:
