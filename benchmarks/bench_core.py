@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from _floor import Frozen, Plain
 from _harness import Cell, CellResult, Ratio, Settings, run_cell
 from _models import IMPLEMENTATION_NOTES, Impl, load_impls
 
@@ -212,6 +213,7 @@ class Report:
 
     results: dict[tuple[str, str], CellResult]
     scaling: dict[str, CellResult]
+    floor: CellResult | None
     load: tuple[float, float]  # 1-minute load average at the start and at the end
     impls: list[str]
     failures: dict[str, str]
@@ -298,6 +300,8 @@ def run(
             settings,
         )
 
+    floor = _construct_floor(impls, leaves, settings) if classdef else None
+
     scaling_results: dict[str, CellResult] = {}
     if scaling:
         for op in ("flatten", "unflatten"):
@@ -314,12 +318,34 @@ def run(
     return Report(
         results,
         scaling_results,
+        floor,
         (load_before, os.getloadavg()[0]),
         [i.name for i in impls],
         failures,
         settings,
         time.perf_counter() - started,
     )
+
+
+FLOOR_ROWS = {
+    "plain": "mutable class, `self.a = a` per field: the cost of the call itself",
+    "frozen": "`__setattr__` override, `object.__setattr__` per field: any frozen dict class",
+    BASE: "`dataclass(frozen=True)` + `register_dataclass` (the baseline)",
+    SUBJECT: "`Struct` (stores like `frozen`, plus the static-field checks)",
+}
+
+
+def _construct_floor(impls: list[Impl], leaves: dict[str, Any], settings: Settings) -> CellResult:
+    """Time constructing the flat model's six fields with the reference classes of ``_floor``."""
+    args = "a=a, b=b, c=c, d=d, step=1, tag='t'"
+    variants: dict[str, tuple[str, dict[str, Any]]] = {
+        "plain": (f"Plain({args})", {**leaves, "Plain": Plain}),
+        "frozen": (f"Frozen({args})", {**leaves, "Frozen": Frozen}),
+    }
+    for impl in impls:
+        if impl.name in (BASE, SUBJECT):
+            variants[impl.name] = (f"S({args})", {**impl.ns, **leaves})
+    return _run_logged(Cell("flat", "construct floor", variants), settings)
 
 
 def _run_logged(cell: Cell, settings: Settings) -> CellResult:
@@ -456,6 +482,15 @@ def _scaling_table(report: Report) -> str:
     return _table(header, rows)
 
 
+def _floor_table(res: CellResult) -> str:
+    rows = []
+    for name, what in FLOOR_ROWS.items():
+        ratio = res.ratio(name, BASE)
+        if ratio is not None:
+            rows.append([name, what, _fmt_time(res.median(name)), f"{ratio}"])
+    return _table(["class", "stores fields with", "time", f"ratio to {BASE}"], rows)
+
+
 def render(report: Report) -> str:
     """Return the whole report as Markdown."""
     s = report.settings
@@ -486,6 +521,13 @@ def render(report: Report) -> str:
     ]
     if report.scaling:
         parts += ["### Scaling: wide model, per-leaf cost", "", _scaling_table(report), ""]
+    if report.floor is not None:
+        parts += [
+            "### Where construction time goes (flat model, six fields)",
+            "",
+            _floor_table(report.floor),
+            "",
+        ]
     if report.failures:
         parts += ["### Left out", ""]
         parts += [f"- {name}: {why}" for name, why in report.failures.items()]
@@ -502,6 +544,7 @@ def to_json(report: Report) -> dict[str, Any]:
             for (op, model), res in report.results.items()
         ],
         "scaling": {op: {"times": res.times} for op, res in report.scaling.items()},
+        "construct_floor": report.floor.times if report.floor is not None else None,
         "failures": report.failures,
         "medians": {
             f"{op}/{model}": {k: statistics.median(v) for k, v in res.times.items()}

@@ -1,0 +1,53 @@
+"""Reference classes showing where the construction time of a frozen class goes.
+
+They hold the flat model's six fields (``a b c d step tag``) and differ only
+in how ``__init__`` stores them:
+
+- ``Plain``: an ordinary mutable class, ``self.a = a``. CPython 3.11
+  specialises these stores to a few nanoseconds each, so this is the cost of
+  the call itself (keyword binding, frame, instance allocation): the floor of
+  any class constructed through a Python ``__init__``.
+- ``Frozen``: a ``__setattr__`` that raises makes the class immutable; that
+  override also disables the specialised stores, so ``__init__`` writes each
+  field with ``object.__setattr__`` (held in a local). This is the cost every
+  frozen, ``__dict__``-backed class pays, ``dataclass(frozen=True)`` included.
+
+The gap between the two is the price of immutability on this interpreter; see
+``benchmarks/README.md`` for the measured numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Frozen", "Plain"]
+
+_osa = object.__setattr__
+
+
+class Plain:
+    """Mutable: plain attribute stores."""
+
+    def __init__(self, a: Any, b: Any, c: Any, d: Any, step: int, tag: str) -> None:  # noqa: PLR0917 - a dataclass-like signature
+        self.a = a
+        self.b = b
+        self.c = c
+        self.d = d
+        self.step = step
+        self.tag = tag
+
+
+class Frozen:
+    """Immutable: every store goes through ``object.__setattr__``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __init__(self, a: Any, b: Any, c: Any, d: Any, step: int, tag: str) -> None:  # noqa: PLR0917 - a dataclass-like signature
+        osa = _osa
+        osa(self, "a", a)
+        osa(self, "b", b)
+        osa(self, "c", c)
+        osa(self, "d", d)
+        osa(self, "step", step)
+        osa(self, "tag", tag)
