@@ -1,0 +1,47 @@
+"""The benchmark scripts still run (their numbers are for benchmarks/README.md, not for tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_core_benchmark_runs_and_reports_ratios() -> None:
+    """A tiny run of bench_core.py prints ratio tables for every op asked for."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_core.py"),
+            "--rounds=2",
+            "--repeats=1",
+            "--target-ms=0.2",
+            "--models",
+            "flat",
+            "hooked",
+            "--impls",
+            "regdc",
+            "jaxstruct",
+            "dict",
+            "--ops",
+            "flatten",
+            "unflatten",
+            "flatten_with_path",
+            "construct",
+            "replace",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "### Targets" in out
+    flat = out.split("### flat", 1)[1].split("###", 1)[0]
+    for op in ("flatten", "unflatten", "flatten_with_path", "construct", "replace"):
+        row = next(line for line in flat.splitlines() if line.startswith(f"| {op} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 4  # op, regdc time, dict / regdc, jaxstruct / regdc
+        assert all(c[0].isdigit() for c in cells[2:]), row
+    assert "error" not in out
