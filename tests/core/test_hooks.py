@@ -393,6 +393,25 @@ def test_derived_is_computed_twice_during_construction() -> None:
     assert calls == ["derived", "post_init", "derived"]
 
 
+def test_derived_runs_twice_without_post_init_and_once_on_build() -> None:
+    """Construction and replace compute derived fields twice even with no __post_init__;
+    building from stored values (loading) computes them once."""
+    calls: list[int] = []
+
+    class Counted(js.Struct):
+        x: int
+        y: int = js.field(static=True, init=False, derived=lambda self: calls.append(1) or 2)
+
+    c = Counted(1)
+    assert len(calls) == 2
+    c.replace(x=3)
+    assert len(calls) == 4
+    js.build(Counted, {"x": 5})
+    assert len(calls) == 5
+    c.rederive()
+    assert len(calls) == 6
+
+
 def test_derived_sees_post_init_changes() -> None:
     """The second derived computation reflects __post_init__ changes."""
 

@@ -139,8 +139,11 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
     try:
         if layout.derived:
             compute_derived(obj, layout)
-        if post_init and layout.post_init is not None:
-            layout.post_init(obj)
+        if post_init:
+            if layout.post_init is not None:
+                layout.post_init(obj)
+            # Derived fields run a second time even without __post_init__, as
+            # the lifecycle promises (a derived callable may count its calls).
             if layout.derived:
                 compute_derived(obj, layout)
         _check_complete(obj, layout)
