@@ -289,6 +289,21 @@ def test_static_field_unhashable_is_rejected() -> None:
         P([1, 2])
 
 
+@pytest.mark.parametrize("annotation", [int, "int", str, bool, float])
+def test_static_check_ignores_the_annotation(annotation: object) -> None:
+    """An annotation naming a plain type does not exempt a wrong value from the check."""
+
+    class P(js.Struct):
+        __annotations__ = {"s": annotation}
+        s = js.field(static=True, default=0)
+
+    assert P(s=1).s == 1 and P(s="x").s == "x" and P(s=True).s is True
+    with pytest.raises(js.ValidationError, match=r"P\.s.*array"):
+        P(s=jnp.ones(2))  # type: ignore[arg-type]
+    with pytest.raises(js.ValidationError, match=r"P\.s.*hashable"):
+        P().replace(s=[1])  # type: ignore[arg-type]
+
+
 def test_static_field_check_runs_on_replace() -> None:
     """replace() rejects an unhashable static value too."""
 

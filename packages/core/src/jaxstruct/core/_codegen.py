@@ -112,9 +112,7 @@ def generate_init(cls: type) -> Any:
         if name in checked:
             # Static values are checked before any field is set (the checks
             # read locals, not attributes); int, str, ... skip the call.
-            body.append(
-                f"    if _js_type({name}) not in _js_SAFE: _js_check(_js_cls, {name!r}, {name})"
-            )
+            body.append(f"    {_static_check(spec, env)}")
         body.append(f"    _js_osa(_js_self, {name!r}, {name})")
     if layout.has_hooks:
         body.append("    _js_finish(_js_self, _js_layout)")
@@ -128,6 +126,27 @@ def generate_init(cls: type) -> Any:
     init._jaxstruct_compiled = True
     type.__setattr__(cls, "__init__", init)
     return init
+
+
+_SAFE_BY_NAME = {t.__name__: t for t in SAFE_STATIC_TYPES}
+
+
+def _static_check(spec: Any, env: dict[str, Any]) -> str:
+    """The statement checking local ``spec.name`` as a static value.
+
+    When the annotation names a type that needs no check (``int``, ``str``,
+    ...), an identity test on that type comes first: the common case then
+    costs one ``type()`` call and an ``is``.
+    """
+    name = spec.name
+    check = f"_js_check(_js_cls, {name!r}, {name})"
+    hint = spec.type if isinstance(spec.type, type) else _SAFE_BY_NAME.get(str(spec.type))
+    if hint in SAFE_STATIC_TYPES:
+        env[f"_js_t_{name}"] = hint
+        return (
+            f"if _js_type({name}) is not _js_t_{name} and _js_type({name}) not in _js_SAFE: {check}"
+        )
+    return f"if _js_type({name}) not in _js_SAFE: {check}"
 
 
 def _compile(cls: type, name: str, signature: str, body: list[str], env: dict[str, Any]) -> Any:
@@ -265,9 +284,7 @@ def generate_replace(cls: type) -> Any:
             first = "_js_n, " if resolved["converters"][name] else ""
             changed.append(f"{name} = _js_c_{name}({first}{name})")
         if name in checked:
-            changed.append(
-                f"if _js_type({name}) not in _js_SAFE: _js_check(_js_cls, {name!r}, {name})"
-            )
+            changed.append(_static_check(spec, env))
         if changed:
             body.append("    else:")
             body += [f"        {line}" for line in changed]
