@@ -129,6 +129,7 @@ def test_generated_replace_is_installed_and_keyword_only() -> None:
     method = type(p).__dict__["replace"]
     params = inspect.signature(method).parameters
     assert [n for n, v in params.items() if v.kind is v.KEYWORD_ONLY] == ["x", "n"]
+    assert str(inspect.signature(method)) == "(self, /, *, x=<unchanged>, n=<unchanged>)"
     assert method.__doc__ and "Return a copy" in method.__doc__
     assert q.x is p.x and q.n == 2  # an unchanged field is not converted again
     r = q.replace(x=[1, 2])

@@ -10,6 +10,7 @@ locals (closure cells or keyword-only defaults), never from globals.
 
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any
 
@@ -294,11 +295,25 @@ def generate_replace(cls: type) -> Any:
     signature = ", ".join(["_js_self", "/", *keywords, "**_js_more"])
     fn = _compile(cls, "replace", signature, body, env)
     fn.__doc__ = _replace_doc
+    fn.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+            *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=_KEEP) for n in names),
+        ]
+    )
     fn._jaxstruct_fast_replace = True
     type.__setattr__(cls, "replace", fn)
     return fn
 
 
+class _Keep:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unchanged>"
+
+
+_KEEP = _Keep()  # what the signature of a generated replace shows as each default
 _replace_doc: str | None = None
 _generic_replace: Any = None
 
