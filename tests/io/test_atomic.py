@@ -234,8 +234,11 @@ def test_disk_full_mid_export_keeps_the_old_checkpoint(tmp_path: Path) -> None:
 
         _atomic.STEP_HOOK = full
         try:
-            with pytest.raises(OSError, match="No space"):
+            with pytest.raises(jio.CheckpointWriteError, match=r"No space.*intact") as info:
                 jio.export({"v": "new", "a": [np.ones(4), np.ones(4)]}, path, overwrite=True)
+            assert info.value.errno == errno.ENOSPC
+            assert isinstance(info.value, OSError) and isinstance(info.value, SerializationError)
+            assert str(path) in str(info.value)
         finally:
             _atomic.STEP_HOOK = None
         assert jio.load(path) == {"v": "old"}

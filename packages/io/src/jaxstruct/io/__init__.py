@@ -2,6 +2,7 @@
 
 from ._checkpoint import export, load
 from ._codecs import Codec
+from ._errors import CheckpointWriteError
 from ._formats import Format, OpenedCheckpoint
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
@@ -20,6 +21,7 @@ __all__ = [
     "AUTOLOAD_ENV",
     "ENTRY_POINT_GROUP",
     "CheckpointInfo",
+    "CheckpointWriteError",
     "Codec",
     "Format",
     "Limits",

@@ -12,6 +12,7 @@ from jaxstruct.registry import SerializationError
 from . import _atomic
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
+from ._errors import CheckpointWriteError
 from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest, parse_manifest
@@ -107,7 +108,9 @@ def export(
         SerializationError: a value cannot be represented (nothing is written),
             or ``overwrite=True`` would replace something that is not a
             jaxstruct checkpoint.
-        OSError: the disk failed (the previous checkpoint is left in place).
+        CheckpointWriteError: the disk failed while writing (full, read-only,
+            ...); the previous checkpoint is left in place. It is an ``OSError``
+            with the original ``errno``, and a :class:`SerializationError`.
 
     Example:
         >>> import tempfile, numpy as np
@@ -149,7 +152,17 @@ def export(
     tmp = _atomic.temp_sibling(target)
     old: Path | None = None
     try:
-        fmt.write(tmp, manifest, state["array_data"], compression=compression, step=_atomic.step)
+        try:
+            fmt.write(
+                tmp, manifest, state["array_data"], compression=compression, step=_atomic.step
+            )
+        except OSError as err:
+            raise CheckpointWriteError(
+                err.errno,
+                f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
+                "nothing was replaced and any previous checkpoint there is intact. Free disk "
+                "space or fix the permissions, then export again",
+            ) from err
         _atomic.step("written")
         if overwrite and os.path.lexists(target):
             old = _atomic.exchange(tmp, target)
