@@ -94,6 +94,21 @@ def test_concrete_class_missing_abstract_var_fails_at_definition():
             kind: ClassVar[str] = "k"
 
 
+def test_rejected_concrete_class_is_not_left_registered():
+    """A class rejected for a missing AbstractVar never reaches JAX or the class registry."""
+    before = set(type.__subclasses__(AbstractModel))
+    with pytest.raises(js.StructDefinitionError) as info:  # its traceback keeps the class alive
+
+        class Forgot(AbstractModel):
+            kind: ClassVar[str] = "k"
+
+    (rejected,) = set(type.__subclasses__(AbstractModel)) - before
+    assert rejected.__name__ == "Forgot" and info.value
+    assert not js.is_registered_pytree_type(rejected)
+    stray = object.__new__(rejected)
+    assert jax.tree_util.tree_leaves(stray) == [stray]
+
+
 def test_concrete_class_missing_abstract_class_var_fails_at_definition():
     """A concrete subclass that forgets an AbstractClassVar fails when defined, naming it."""
     with pytest.raises(js.StructDefinitionError, match=r"'kind' \(AbstractClassVar"):

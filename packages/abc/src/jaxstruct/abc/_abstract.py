@@ -22,8 +22,7 @@ import inspect
 import sys
 from typing import Any
 
-from jaxstruct.core import StructDefinitionError
-from jaxstruct.core._meta import class_created_hooks, extension_keywords, not_a_field_names
+from jaxstruct.core import StructDefinitionError, extend
 
 from ._markers import classify
 
@@ -170,10 +169,9 @@ def _mark_abstract(cls: type, value: Any) -> None:
 
 def install() -> None:
     """Register the markers, the hook and ``abstract=`` with ``jaxstruct.core`` (idempotent)."""
-    not_a_field_names.update({"AbstractVar", "AbstractClassVar"})
-    if _check_class not in class_created_hooks:
-        class_created_hooks.append(_check_class)
-    extension_keywords["abstract"] = _mark_abstract
+    extend.add_non_field_marker("AbstractVar", "AbstractClassVar")
+    extend.add_class_hook(_check_class)
+    extend.add_class_keyword("abstract", _mark_abstract)
 
 
 def is_abstract(cls: type) -> bool:

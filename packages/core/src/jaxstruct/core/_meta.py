@@ -52,10 +52,11 @@ RESERVED = frozenset(
 )
 
 #: Class keywords understood by extensions, with the callback applying each
-#: (``callback(cls, value)`` after the class is registered).
+#: (``callback(cls, value)``, before the class is registered as a pytree).
 extension_keywords: dict[str, Callable[[type, Any], None]] = {}
 
-#: Called with every new struct class once it is registered.
+#: Called with every new struct class, after its layout is set and before it is
+#: registered as a pytree; raising rejects the class.
 class_created_hooks: list[Callable[[type], None]] = []
 
 #: Annotation markers that declare something other than a field (like
@@ -174,11 +175,13 @@ class StructMeta(abc.ABCMeta):
         merged = dict(getattr(cls, "__struct_options__", {}))
         merged.update(options)
         type.__setattr__(cls, "__struct_options__", merged)
-        _register(cls, layout)
+        # Extensions see (and may reject) the class before JAX does: a class
+        # that fails a check is never registered anywhere.
         for key, value in options.items():
             extension_keywords[key](cls, value)
         for hook in class_created_hooks:
             hook(cls)
+        _register(cls, layout)
         return cls
 
     @property

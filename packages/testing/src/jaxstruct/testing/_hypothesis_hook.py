@@ -51,11 +51,9 @@ def register_existing() -> None:
     # jaxstruct.abc first: its hook must mark abstract-var classes abstract
     # (and reject broken ones) before this module's hook registers them.
     import jaxstruct.abc  # noqa: F401
-    from jaxstruct.core import Struct
-    from jaxstruct.core._meta import class_created_hooks
+    from jaxstruct.core import Struct, extend
 
-    if register_struct not in class_created_hooks:
-        class_created_hooks.append(register_struct)
+    extend.add_class_hook(register_struct)
     stack: list[type] = [Struct]
     seen: set[type] = set()
     while stack:
