@@ -175,3 +175,14 @@ def test_replace_on_subclasses_and_user_overrides() -> None:
     assert type(d) is Custom and d.x == 100
     assert Custom.__dict__["replace"].__qualname__.endswith("Custom.replace")
     assert Custom(x=1).replace(x=4).x == 4
+
+
+def test_copy_replace_protocol() -> None:
+    """__replace__ (what copy.replace calls on Python 3.13+) is replace()."""
+    p = _Conv(x=1.0)
+    q = p.__replace__(n=3)
+    assert type(q) is _Conv and q.n == 3 and q.x is p.x
+    import copy
+
+    if hasattr(copy, "replace"):
+        assert copy.replace(p, n=4).n == 4

@@ -187,6 +187,10 @@ class Struct(metaclass=StructMeta):
                         check_static(cls, name, value)
         return new
 
+    def __replace__(self: S, /, **changes: Any) -> S:
+        """Support ``copy.replace(obj, **changes)`` (Python 3.13+): same as :meth:`replace`."""
+        return self.replace(**changes)
+
     def rederive(self: S) -> S:
         """Recompute every derived field in place (after an in-place change of a mutable field).
 
