@@ -7,6 +7,7 @@ import operator
 import jax
 import jax.numpy as jnp
 import jaxstruct.core as js
+import pytest
 
 
 class _Point(js.Struct):
@@ -139,8 +140,6 @@ def test_generated_replace_is_installed_and_keyword_only() -> None:
 
 def test_generated_replace_errors_name_the_field() -> None:
     """Unknown names, positional arguments and bad static values get clear errors."""
-    import pytest
-
     p = _Conv(x=1.0)
     p.replace()
     with pytest.raises(TypeError, match=r"unknown field 'y'.*fields are \['x', 'n'\]"):
@@ -186,3 +185,33 @@ def test_copy_replace_protocol() -> None:
 
     if hasattr(copy, "replace"):
         assert copy.replace(p, n=4).n == 4
+
+
+def test_code_is_generated_once_per_class_not_per_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Construction, flatten, unflatten and replace compile their code once per class."""
+    from jaxstruct.core import _codegen
+
+    compiled: list[str] = []
+    real_compile = compile
+
+    def counting_compile(source: str, filename: str, mode: str) -> object:
+        compiled.append(filename)
+        return real_compile(source, filename, mode)
+
+    monkeypatch.setattr(_codegen, "compile", counting_compile, raising=False)
+
+    class Once(js.Struct):
+        x: object
+        tag: str = js.field(static=True, default="t")
+
+    for i in range(20):
+        obj = Once(x=jnp.full(2, float(i)))
+        leaves, treedef = jax.tree_util.tree_flatten(obj)
+        back = jax.tree_util.tree_unflatten(treedef, leaves)
+        jax.tree_util.tree_flatten_with_path(back.replace(tag="u"))
+    assert sorted(name.rsplit(".", 1)[1] for name in compiled) == [
+        "__init__>",
+        "flat_of>",
+        "replace>",
+        "unflatten>",
+    ]
