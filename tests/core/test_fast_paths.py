@@ -215,3 +215,33 @@ def test_code_is_generated_once_per_class_not_per_instance(monkeypatch: pytest.M
         "replace>",
         "unflatten>",
     ]
+
+
+def _has_materialised_dict(obj: object) -> bool:
+    # CPython keeps instance attributes inline until something forces a real
+    # __dict__; the garbage collector then sees that dict among the referents.
+    import gc
+
+    return any(type(r) is dict for r in gc.get_referents(obj))
+
+
+def test_cached_forms_keep_attributes_inline() -> None:
+    """Flattening (with and without paths) never pushes instances into a per-instance dict.
+
+    Attribute reads are several times slower once an instance has one.
+    """
+
+    class Inline(js.Struct):
+        x: object
+        y: object
+        n: int = js.field(static=True, default=0)
+
+    items = [Inline(x=float(i), y=(i,)) for i in range(200)]
+    for obj in items:
+        jax.tree_util.tree_flatten(obj)
+        jax.tree_util.tree_flatten_with_path(obj)
+    back = jax.tree_util.tree_map(lambda v: v, items)
+    assert not any(_has_materialised_dict(o) for o in [*items, *back])
+    # The probe itself works: asking for __dict__ materialises it.
+    vars(items[0])
+    assert _has_materialised_dict(items[0])

@@ -29,6 +29,8 @@ __all__ = ["StructMeta", "class_options", "extension_keywords"]
 # Both read a per-instance cache (built on first use, see _cache): JAX
 # flattens a struct without calling Python.
 _flatten = operator.attrgetter(FLAT)
+_new = object.__new__
+_osa = object.__setattr__
 _flatten_with_keys = operator.attrgetter(KEYED)
 
 #: Names of the ``Struct`` API that a field may not shadow on instances.
@@ -182,6 +184,7 @@ class StructMeta(abc.ABCMeta):
         for hook in class_created_hooks:
             hook(cls)
         _register(cls, layout)
+        _reserve_attribute_slots(cls, layout)
         return cls
 
     @property
@@ -304,6 +307,27 @@ def _check_parent_init(cls: type, qual: str, overwrite: bool) -> None:
         "silently replace it; define __init__ in this class, pass init=False to keep the "
         "inherited one, or pass overwrite_parent_init=True to replace it deliberately",
     )
+
+
+def _reserve_attribute_slots(cls: type, layout: Layout) -> None:
+    """Teach the class every instance attribute name before any real instance exists.
+
+    CPython (3.11+) keeps instance attributes in a compact array laid out by a
+    table of names shared by the class, and reads them at full speed only
+    while they live there. The table accepts new names freely for the first
+    few instances and then only one more: a name first set later (like the
+    flattened forms, which are built on first use) would push every instance
+    that sets it into a slower per-instance dict. Setting all names once, on a
+    throwaway instance, fills the table in time.
+    """
+    if getattr(cls, "__abstractmethods__", None) or hasattr(cls, "__del__"):
+        return  # no instances (abstract), or one that must not see a half-built object
+    try:
+        scratch = _new(cls)
+        for name in (*(spec.name for spec in layout.fields), FLAT, KEYED):
+            _osa(scratch, name, None)
+    except (TypeError, AttributeError):
+        pass  # an unusual class (a read-only descriptor named like a field): no speed-up
 
 
 def _register(cls: type, layout: Layout) -> None:
