@@ -181,11 +181,12 @@ def generate_flat(layout: Layout) -> Any:
 
 
 def _stub_unflatten(
-    _js_aux: Any, _js_children: Any, *, _js_cls: Any = None, _js_fn: Any = None
+    _js_aux: Any, _js_children: Any, _js_cls: Any = None, _js_new: Any = None, _js_osa: Any = None
 ) -> Any:
+    layout: Layout = _js_cls.__dict__["__struct_layout__"]
     fast = _generate_unflatten(_js_cls)
-    _js_fn.__code__ = fast.__code__
-    _js_fn.__kwdefaults__ = fast.__kwdefaults__
+    # One assignment swaps the code: both take the same defaults.
+    layout.unflatten.__code__ = fast.__code__
     return fast(_js_aux, _js_children)
 
 
@@ -199,7 +200,10 @@ def lazy_unflatten(cls: type) -> Any:
     fn = types.FunctionType(
         _stub_unflatten.__code__, _stub_unflatten.__globals__, "unflatten", None, None
     )
-    fn.__kwdefaults__ = {"_js_cls": cls, "_js_fn": fn}
+    # Helpers are positional defaults (JAX passes exactly two arguments):
+    # filling those is cheaper than keyword-only defaults or closure cells.
+    fn.__defaults__ = (cls, _new, _osa)
+    cls.__dict__["__struct_layout__"].unflatten = fn
     fn.__qualname__ = f"{cls.__qualname__}.unflatten"
     return fn
 
@@ -232,14 +236,14 @@ def _generate_unflatten(cls: type) -> Any:
     lines.append(f"    _js_osa(_js_self, {FLAT!r}, (_js_children, _js_aux))")
     lines.append("    return _js_self")
     source = (
-        "def unflatten(_js_aux, _js_children, *, _js_cls, _js_new, _js_osa):\n"
+        "def unflatten(_js_aux, _js_children, _js_cls, _js_new, _js_osa):\n"
         + "\n".join(lines)
         + "\n"
     )
     namespace: dict[str, Any] = {}
     exec(compile(source, f"<jaxstruct {cls.__qualname__}.unflatten>", "exec"), namespace)
     fast = namespace["unflatten"]
-    fast.__kwdefaults__ = {"_js_cls": cls, "_js_new": _new, "_js_osa": _osa}
+    fast.__defaults__ = (cls, _new, _osa)  # the same as the stub's
     return fast
 
 

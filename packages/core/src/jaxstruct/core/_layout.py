@@ -74,6 +74,7 @@ class Layout:
         "resolved",
         "static_checked",
         "static_names",
+        "unflatten",
         "user_init",
         "validated",
     )
@@ -116,6 +117,8 @@ class Layout:
         )
         # Filled by resolve(): (spec, takes_self) pairs per hook.
         self.resolved: dict[str, Any] | None = None
+        # The unflatten function registered with JAX (see _codegen.lazy_unflatten).
+        self.unflatten: Any = None
         # Specialised ``obj -> (children, aux)``, compiled on first use.
         self.flat_of: Callable[[Any], tuple[Any, Any]] | None = None
 
