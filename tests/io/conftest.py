@@ -29,6 +29,7 @@ def assert_same(a: Any, b: Any) -> None:
         x, y, path = stack.pop()
         assert type(x) is type(y), f"{path}: {type(x)} != {type(y)}"
         if isinstance(x, jax.Array):
+            assert x.weak_type == y.weak_type, f"{path}: weak_type {x.weak_type} != {y.weak_type}"
             x, y = np.asarray(x), np.asarray(y)
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and x.shape == y.shape, (

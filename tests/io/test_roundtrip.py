@@ -40,6 +40,11 @@ class Outer(js.Struct):
     step: int = js.field(static=True, default=0)
 
 
+class WeakState(js.Struct):
+    lr: Any
+    w: Any
+
+
 class Policy(js.Struct):
     params: Any
     cache: Any = js.field(pytree=False, default="runtime")
@@ -224,6 +229,36 @@ def test_jax_arrays_round_trip_as_jax_arrays(dtype: str, roundtrip, same) -> Non
     out = roundtrip(arr)
     assert isinstance(out, jax.Array)
     same(arr, out)
+
+
+def test_weakly_typed_jax_arrays_stay_weak(roundtrip, same) -> None:
+    """Weakly typed JAX arrays (a learning rate from a Python float) come back weakly typed."""
+    values = {
+        "lr": jnp.asarray(0.1),
+        "count": jnp.asarray(3),
+        "grid": jax.lax.full((2, 3), 0.5),
+        "strong": jnp.asarray(0.1, dtype=jnp.float32),
+    }
+    assert [v.weak_type for v in values.values()] == [True, True, True, False]
+    out = roundtrip(values)
+    assert [v.weak_type for v in out.values()] == [True, True, True, False]
+    same(values, out)
+
+
+def test_loaded_state_hits_the_jit_cache(tmp_path) -> None:
+    """A checkpoint loaded back does not make a jitted step compile again."""
+    traces: list[int] = []
+
+    @jax.jit
+    def step(s: WeakState) -> WeakState:
+        traces.append(1)
+        return s.replace(w=s.w - s.lr)
+
+    state = step(WeakState(lr=jnp.asarray(0.1), w=jnp.ones(2)))
+    for path in (tmp_path / "ckpt", tmp_path / "ckpt.zip"):
+        step(WeakState.load(state.export(path)))
+    step(WeakState.from_state_dict(state.to_state_dict()))
+    assert len(traces) == 1
 
 
 def test_64bit_jax_array_is_never_narrowed(roundtrip) -> None:

@@ -280,7 +280,8 @@ class _Decoder:
         return self.out[c]
 
     def array(self, node: list[Any], want_jax: bool) -> Any:
-        if len(node) != 2:
+        weak = want_jax and len(node) == 3 and node[2] == "weak"
+        if len(node) != 2 and not weak:
             raise _NodeError("malformed array node")
         key = _str(node[1], "array key")
         if key not in self.arrays or key not in self.meta:
@@ -300,7 +301,32 @@ class _Decoder:
                 "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
                 "before loading"
             )
+        if weak:
+            restored = _weakly_typed(arr)
+            if restored is not None:
+                return restored
         return jax.numpy.asarray(arr)
+
+
+def _weakly_typed(arr: np.ndarray) -> Any:
+    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't."""
+    import jax
+
+    out: Any
+    if arr.ndim == 0:
+        # The public way: a Python scalar becomes a weakly typed array.
+        out = jax.numpy.asarray(arr.item())
+    else:
+        try:  # JAX has no public constructor for weakly typed arrays with a shape
+            from jax._src.lax.lax import _convert_element_type
+
+            out = _convert_element_type(arr, weak_type=True)
+        except (ImportError, TypeError, ValueError):
+            return None
+    # The dtype differs only if jax_enable_x64 changed since the export.
+    if out.dtype != arr.dtype or not getattr(out, "weak_type", False):
+        return None
+    return out
 
 
 def _child_labels(node: object) -> list[tuple[object, str]]:

@@ -22,7 +22,8 @@ Each node is a JSON array whose first item is a tag:
 ``["namedtuple", ref, [c...]]``
 ``["enum", ref, member]``
 ``["npscalar", dtype, hex]``  a NumPy scalar, bit-exact
-``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table
+``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table;
+                      ``["jaxarray", key, "weak"]`` for a weakly typed JAX array
 ``["struct", ref, version, {field: c}]``
 ``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
                       when ``payload`` came from its serializer, ``"a"`` for raw aux data
@@ -187,7 +188,12 @@ class _Encoder:
                 raise SerializationError(
                     f"cannot export the JAX array at {path}: {err}; gather it to one host first"
                 ) from None
-            return self._array(host, path, "jaxarray")
+            node = self._array(host, path, "jaxarray")
+            if getattr(value, "weak_type", False):
+                # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
+                # cache key includes it, so a strong one would retrace after loading.
+                node.append("weak")
+            return node
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), value.name]
         if cls.__name__ in _PATH_TYPES and _PATH_TYPES[cls.__name__] is cls:

@@ -83,6 +83,8 @@ def _describe(
     if tag in ("array", "jaxarray"):
         dtype, shape, nbytes = arrays[node[1]]
         kind = "jax array" if tag == "jaxarray" else "array"
+        if len(node) == 3:
+            kind = "weakly typed " + kind
         return f"{kind} {dtype}{list(shape)} {_size(nbytes)} ({node[1]})", []
     if tag == "enum":
         return f"enum {node[1]}.{node[2]}", []
