@@ -1,11 +1,13 @@
-"""Lazily generated ``__init__`` and unflatten functions, specialised per class.
+"""Lazily generated functions, specialised per class: ``__init__``, unflatten,
+``replace`` and the builder of the flattened form.
 
 Compiling Python source costs tens of microseconds, more than creating a whole
-class should. So a class starts with small stubs, and the first call compiles
-the specialised function and puts it in place: ``__init__`` by replacing the
-class attribute, unflatten (whose function object JAX already holds) by
-swapping the stub's ``__code__``. Generated code reads every helper from
-locals (closure cells or keyword-only defaults), never from globals.
+class should. So a class starts with small stubs (or none), and the first use
+compiles the specialised function and puts it in place: ``__init__`` and
+``replace`` by setting the class attribute, unflatten (whose function object
+JAX already holds) by swapping the stub's ``__code__``. Generated code reads
+every helper from locals (closure cells, or positional defaults for unflatten,
+which JAX calls with exactly two arguments), never from globals.
 """
 
 from __future__ import annotations
