@@ -270,7 +270,6 @@ def generate_replace(cls: type) -> Any:
         "_js_M": MISSING,
         "_js_SAFE": SAFE_STATIC_TYPES,
         "_js_check": check_static,
-        "_js_Opaque": Opaque,
         "_js_slow": _slow_replace,
         "_js_names": tuple(f.name for f in layout.fields),
     }
