@@ -245,3 +245,32 @@ def test_cached_forms_keep_attributes_inline() -> None:
     # The probe itself works: asking for __dict__ materialises it.
     vars(items[0])
     assert _has_materialised_dict(items[0])
+
+
+def test_fields_named_like_parameters() -> None:
+    """Fields called self, cls or type work in every generated and generic method."""
+
+    class Odd(js.Struct):
+        self: int
+        cls: int = 2
+        type: object = js.field(static=True, default="t")
+        late: int = js.field(init=False, default=7)
+
+    odd = Odd(self=1)
+    assert (odd.self, odd.cls, odd.type, odd.late) == (1, 2, "t", 7)
+    assert Odd(5).self == 5
+    first = odd.replace(self=3, type=int)  # the general path, which compiles the fast one
+    again = odd.replace(self=4, late=8)  # the compiled one
+    assert (first.self, first.type, again.self, again.late) == (3, int, 4, 8)
+    assert jax.tree_util.tree_leaves(again) == [4, 2, 8]
+
+    class Hand(js.Struct):
+        self: int
+        other: int = 0
+
+        def __init__(self, v: int) -> None:
+            super().__init__(self=v, other=v + 1)
+
+    hand = Hand(4)
+    assert (hand.self, hand.other) == (4, 5)
+    assert hand.replace(self=6).self == 6

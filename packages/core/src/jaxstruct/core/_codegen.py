@@ -47,7 +47,7 @@ FACTORY: Any = _Factory()
 def lazy_init(cls: type) -> Any:
     """Return the stub ``__init__`` for ``cls``; its first call installs the real one."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:
         real = generate_init(cls)
         real(self, *args, **kwargs)
 
@@ -302,7 +302,9 @@ def generate_replace(cls: type) -> Any:
     fn.__doc__ = _replace_doc
     fn.__signature__ = inspect.Signature(
         [
-            inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+            inspect.Parameter(
+                "_js_self" if "self" in names else "self", inspect.Parameter.POSITIONAL_ONLY
+            ),
             *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=_KEEP) for n in names),
         ]
     )

@@ -87,7 +87,7 @@ class Struct(metaclass=StructMeta):
     _jaxstruct_flat = FlatForm()
     _jaxstruct_keyed = KeyedForm()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, /, *args: Any, **kwargs: Any) -> None:
         """Assign fields from arguments for any struct class (used by ``super().__init__``)."""
         layout = type(self).__dict__.get("__struct_layout__") or getattr(
             type(self), "__struct_layout__", None
@@ -129,7 +129,7 @@ class Struct(metaclass=StructMeta):
         )
 
     # -- updating ---------------------------------------------------------------------
-    def replace(self: S, **changes: Any) -> S:
+    def replace(self: S, /, **changes: Any) -> S:
         """Return a copy with some fields changed, running the lifecycle again.
 
         Converters run on the changed values; derived fields, ``__post_init__``,

@@ -24,7 +24,7 @@ def wrap_user_init(fn: Callable[..., None]) -> Callable[..., None]:
         return fn
 
     @functools.wraps(fn)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:
         ids = building()
         key = id(self)
         if key in ids:
