@@ -31,7 +31,7 @@ __all__ = ["Entry", "Member", "ZipIndex", "read_index", "write_zip"]
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
 _DOS_DATE = (1 << 5) | 1  # 1980-01-01: fixed timestamps make exports reproducible.
-_SAMPLE = 32 * 1024
+_SAMPLE = 8 * 1024
 _AUTO_RATIO = 0.85
 _CHUNK = 4 << 20
 
