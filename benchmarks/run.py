@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         status = bench_core.main(args)
         print(flush=True)
     if not args.core_only:
-        io_status = _run_io(io_args)
+        io_status = _run_io([*io_args, *(["--check"] if args.check else [])])
         if io_status:
             print(f"[run] {IO_SCRIPT.name} exited with {io_status}", file=sys.stderr)
             status = status or io_status
