@@ -254,8 +254,8 @@ def generate_replace(cls: type) -> Any:
 
     The generated method takes every field as an optional keyword argument:
     unchanged fields are copied as they are; changed ones are converted and,
-    if static, checked. Anything unusual (an unknown or derived name, an
-    instance of a subclass) goes to ``generic``, the lifecycle-running path.
+    if static, checked. Anything unusual (an unknown name, an instance of a
+    subclass) goes to ``Struct.replace``, the general path.
     """
     layout: Layout = cls.__dict__["__struct_layout__"]
     current = cls.__dict__.get("replace")
@@ -271,9 +271,9 @@ def generate_replace(cls: type) -> Any:
         "_js_SAFE": SAFE_STATIC_TYPES,
         "_js_check": check_static,
         "_js_slow": _slow_replace,
-        "_js_names": tuple(f.name for f in layout.fields),
     }
     names = [f.name for f in layout.fields]
+    env["_js_names"] = tuple(names)
     values = "".join(f"{n}, " for n in names)
     body = [
         "    if _js_more or _js_type(_js_self) is not _js_cls:",
