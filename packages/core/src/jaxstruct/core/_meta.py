@@ -29,9 +29,10 @@ __all__ = ["StructMeta", "class_options", "extension_keywords"]
 # Both read a per-instance cache (built on first use, see _cache): JAX
 # flattens a struct without calling Python.
 _flatten = operator.attrgetter(FLAT)
+_flatten_with_keys = operator.attrgetter(KEYED)
+
 _new = object.__new__
 _osa = object.__setattr__
-_flatten_with_keys = operator.attrgetter(KEYED)
 
 #: Names of the ``Struct`` API that a field may not shadow on instances.
 RESERVED = frozenset(

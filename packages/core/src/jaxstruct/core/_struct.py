@@ -149,7 +149,7 @@ class Struct(metaclass=StructMeta):
         """
         cls = type(self)
         layout = cls.__struct_layout__
-        if not layout.has_hooks and not layout.derived and _replace_is_ours(cls):
+        if not layout.has_hooks and _replace_is_ours(cls):
             # Compile the keyword-only replace of this class and use it from now on.
             return generate_replace(cls)(self, **changes)
         by_name = layout.by_name
