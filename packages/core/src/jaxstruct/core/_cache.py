@@ -33,12 +33,9 @@ class FlatForm:
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         if obj is None:
             return self
-        layout = type(obj).__struct_layout__
-        make = layout.flat_of or generate_flat(layout)
-        pair = make(obj)
-        if id(obj) not in building():
-            _osa(obj, FLAT, pair)
-        return pair
+        layout = (owner or type(obj)).__struct_layout__
+        # The per-class function builds the pair and stores it on the instance.
+        return (layout.flat_of or generate_flat(layout))(obj)
 
 
 class KeyedForm:

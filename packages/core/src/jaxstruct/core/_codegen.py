@@ -18,7 +18,7 @@ from typing import Any
 
 from ._fields import MISSING
 from ._layout import FLAT, Layout, Opaque
-from ._lifecycle import SAFE_STATIC_TYPES, check_static, finish
+from ._lifecycle import BUILDING, SAFE_STATIC_TYPES, check_static, finish
 
 __all__ = [
     "FACTORY",
@@ -169,14 +169,28 @@ def _compile(cls: type, name: str, signature: str, body: list[str], env: dict[st
 
 
 def generate_flat(layout: Layout) -> Any:
-    """Compile ``obj -> (children, aux)`` for the class of ``layout`` and keep it there."""
-    env: dict[str, Any] = {"_js_Opaque": Opaque}
+    """Compile ``obj -> (children, aux)`` for the class of ``layout`` and keep it there.
+
+    The function also stores the pair on the instance (what flatten reads from
+    then on), unless the instance is still being built and may change.
+    """
+    env: dict[str, Any] = {
+        "_js_Opaque": Opaque,
+        "_js_osa": _osa,
+        "_js_id": id,
+        "_js_building": BUILDING,
+    }
     children = "".join(f"_js_self.{n}, " for n in layout.node_names)
     aux = "".join(f"_js_self.{n}, " for n in layout.static_names)
     if layout.opaque_names:
         opaque = "".join(f"_js_self.{n}, " for n in layout.opaque_names)
         aux += f"_js_Opaque(({opaque})), "
-    body = [f"    return ({children}), ({aux})"]
+    body = [
+        f"    _js_pair = ({children}), ({aux})",
+        "    if _js_id(_js_self) not in _js_building.ids:",
+        f"        _js_osa(_js_self, {FLAT!r}, _js_pair)",
+        "    return _js_pair",
+    ]
     fn = _compile(layout.cls, "flat_of", "_js_self", body, env)
     layout.flat_of = fn
     return fn

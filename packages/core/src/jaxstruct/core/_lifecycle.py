@@ -20,6 +20,7 @@ from ._fields import MISSING
 from ._layout import Layout
 
 __all__ = [
+    "BUILDING",
     "SAFE_STATIC_TYPES",
     "assign_arguments",
     "building",
@@ -41,12 +42,13 @@ class _Building(threading.local):
         self.ids: set[int] = set()
 
 
-_building = _Building()
+#: Per-thread record of the instances being built (see :func:`building`).
+BUILDING = _Building()
 
 
 def building() -> set[int]:
     """Return the ids of instances this thread is constructing (still mutable)."""
-    return _building.ids
+    return BUILDING.ids
 
 
 def check_static(cls: type, name: str, value: Any) -> None:
@@ -131,7 +133,7 @@ def _check_complete(obj: Any, layout: Layout) -> None:
 
 def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
     """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned)."""
-    ids = _building.ids
+    ids = BUILDING.ids
     key = id(obj)
     fresh = key not in ids
     if fresh:
