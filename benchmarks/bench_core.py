@@ -56,6 +56,7 @@ OPS = [
     "construct",
     "replace",
     "replace+flatten",
+    "construct+flatten",
     "attribute read",
 ]
 CLASSDEF_OP = "define 100 classes"
@@ -200,6 +201,8 @@ OP_STMTS: dict[str, Callable[[Built], str]] = {
     # The optimizer-step pattern: flattening an instance that was never flattened
     # before, so that no per-instance cache can help (informational, no target).
     "replace+flatten": lambda b: f"flatten({b.replace_stmt})",
+    # Building a struct and handing it to JAX (a batch passed to a jitted step).
+    "construct+flatten": lambda b: f"{b.build_stmt}\nflatten(_obj)",
     "attribute read": lambda b: b.attr_stmt,
 }
 

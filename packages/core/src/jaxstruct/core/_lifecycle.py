@@ -8,7 +8,6 @@ the frozen instance). Unflattening never comes here.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,18 +36,16 @@ _new = object.__new__
 SAFE_STATIC_TYPES = frozenset({int, str, float, bool, complex, bytes, type(None)})
 
 
-class _Building(threading.local):
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-
-#: Per-thread record of the instances being built (see :func:`building`).
-BUILDING = _Building()
+#: The ids of the instances being built, in any thread (see :func:`building`).
+#: One plain set rather than a thread-local one: first flattens check it, and a
+#: thread-local lookup would cost them more than the check itself. Ids are
+#: unique among live objects and each builder removes its own.
+BUILDING: set[int] = set()
 
 
 def building() -> set[int]:
-    """Return the ids of instances this thread is constructing (still mutable)."""
-    return BUILDING.ids
+    """Return the ids of the instances under construction (still mutable)."""
+    return BUILDING
 
 
 def check_static(cls: type, name: str, value: Any) -> None:
@@ -133,7 +130,7 @@ def _check_complete(obj: Any, layout: Layout) -> None:
 
 def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
     """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned)."""
-    ids = BUILDING.ids
+    ids = BUILDING
     key = id(obj)
     fresh = key not in ids
     if fresh:
