@@ -108,10 +108,11 @@ def test_umbrella_pins_every_layer_exactly() -> None:
 def test_workspace_members_are_the_packages() -> None:
     """The uv workspace covers packages/* and maps every layer to the workspace."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    # The example io plugin is a member too, so its end-to-end tests run.
+    # The example io plugins are members too, so their end-to-end tests run.
     assert config["tool"]["uv"]["workspace"]["members"] == [
         "packages/*",
         "examples/plugin_datetime",
+        "examples/plugin_tar",
     ]
     sources = config["tool"]["uv"]["sources"]
     assert all(sources[f"jaxstruct-{layer}"] == {"workspace": True} for layer in LAYERS)

@@ -15,7 +15,9 @@ import jaxstruct.io as jio
 import numpy as np
 import pytest
 
-FORMS = ("state", "directory", "zip")
+# "tar" is the format of the example plugin jaxstruct-plugin-tar (a workspace dev
+# dependency): every round trip also goes through a third-party format.
+FORMS = ("state", "directory", "zip", "tar")
 
 
 def _bits(x: float) -> bytes:
@@ -73,7 +75,7 @@ def same() -> Callable[[Any, Any], None]:
 
 @pytest.fixture(params=FORMS)
 def form(request: pytest.FixtureRequest) -> str:
-    """Each of the three forms: state dict, directory, zip."""
+    """Each form: state dict, directory, zip, and the example plugin's tar."""
     return request.param
 
 
@@ -85,7 +87,7 @@ def roundtrip(form: str, tmp_path: Path) -> Callable[..., Any]:
     def run(value: Any, **kw: Any) -> Any:
         if form == "state":
             return jio.from_state_dict(jio.to_state_dict(value), **kw)
-        suffix = ".zip" if form == "zip" else ""
+        suffix = {"zip": ".zip", "tar": ".tar"}.get(form, "")
         path = tmp_path / f"ckpt{next(counter)}{suffix}"
         jio.export(value, path)
         return jio.load(path, **kw)
