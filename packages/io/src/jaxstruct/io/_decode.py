@@ -14,7 +14,6 @@ import base64
 import binascii
 import enum
 import math
-import pathlib
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -30,20 +29,12 @@ from jaxstruct.registry import (
 )
 
 from ._dtypes import parse_dtype
+from ._encode import PATH_TYPES
 from ._limits import Limits
 from ._structs import build_struct, struct_fields
 
 __all__ = ["Resolver", "decode_state"]
 
-_PATHS = {
-    cls.__name__: cls
-    for cls in (
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
-}
 _SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
     "list": list,
     "tuple": tuple,
@@ -400,9 +391,9 @@ def _h_bytes(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 
 def _h_path(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    if len(node) != 3 or node[1] not in _PATHS:
+    if len(node) != 3 or node[1] not in PATH_TYPES:
         raise _NodeError("malformed path node")
-    return _PATHS[node[1]](_str(node[2], "path")), []
+    return PATH_TYPES[node[1]](_str(node[2], "path")), []
 
 
 def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:

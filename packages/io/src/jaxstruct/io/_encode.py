@@ -56,11 +56,12 @@ from ._dtypes import dtype_name
 from ._limits import DEFAULT_LIMITS
 from ._structs import struct_fields
 
-__all__ = ["FORMAT_VERSION", "encode_float", "encode_state"]
+__all__ = ["FORMAT_VERSION", "PATH_TYPES", "encode_float", "encode_state"]
 
 FORMAT_VERSION = 1
 _SAFE_INT = 1 << 53
-_PATH_TYPES = {
+#: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
+PATH_TYPES = {
     cls.__name__: cls
     for cls in (
         pathlib.PurePosixPath,
@@ -196,7 +197,7 @@ class _Encoder:
             return node
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), value.name]
-        if cls.__name__ in _PATH_TYPES and _PATH_TYPES[cls.__name__] is cls:
+        if PATH_TYPES.get(cls.__name__) is cls:
             return ["path", cls.__name__, str(value)]
         return None
 
