@@ -141,10 +141,12 @@ class _Trie:
         return root
 
 
-def _fill(node: Any, trie: _Trie) -> Any:
-    """Put the values stored in ``trie`` at their paths in ``node`` (the holes)."""
+def _rebuild(
+    node: Any, path: KeyPath, trie: _Trie, at: Callable[[Any, KeyPath, _Trie], Any]
+) -> Any:
+    """Rebuild ``node``, replacing each node at a path that ends in ``trie`` by ``at(...)``."""
     if trie.here:
-        return trie.value
+        return at(node, path, trie)
     level = _children(node)
     if level is None:
         return node
@@ -152,8 +154,13 @@ def _fill(node: Any, trie: _Trie) -> Any:
     new = []
     for key, child in keyed:
         sub = trie.next.get(key)
-        new.append(child if sub is None else _fill(child, sub))
+        new.append(child if sub is None else _rebuild(child, (*path, key), sub, at))
     return treedef.unflatten(new)
+
+
+def _fill(node: Any, trie: _Trie) -> Any:
+    """Put the values stored in ``trie`` at their paths in ``node`` (the holes)."""
+    return _rebuild(node, (), trie, lambda _node, _path, t: t.value)
 
 
 def _child(node: Any, key: Any) -> Any:
@@ -555,18 +562,12 @@ class Selection(Struct):
 
 def _split_at(node: Any, path: KeyPath, trie: _Trie, found: list[tuple[KeyPath, Any]]) -> Any:
     """Like :func:`_split` for the exact paths in ``trie`` (whose nodes may be childless)."""
-    if trie.here:
+
+    def hole(node: Any, path: KeyPath, _trie: _Trie) -> Any:
         found.append((path, node))
         return SelectionHole(path)
-    level = _children(node)
-    if level is None:
-        return node
-    keyed, treedef = level
-    new = []
-    for key, child in keyed:
-        sub = trie.next.get(key)
-        new.append(child if sub is None else _split_at(child, (*path, key), sub, found))
-    return treedef.unflatten(new)
+
+    return _rebuild(node, path, trie, hole)
 
 
 class _Probe:
