@@ -8,6 +8,8 @@ static fields hold hashable values; opaque fields hold arbitrary objects.
 
 from __future__ import annotations
 
+import copy
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +72,12 @@ def _make_class(
         elif f.kind == "opaque":
             options["pytree"] = False
         if f.has_default:
-            options["default"] = defaults[f.name]
+            value = defaults[f.name]
+            if type(value).__hash__ is None:
+                # Mutable defaults are refused: each instance gets its own copy.
+                options["default_factory"] = functools.partial(copy.deepcopy, value)
+            else:
+                options["default"] = value
         ns[f.name] = js.field(**options)
     if child is not None:
         annotations["nested"] = child

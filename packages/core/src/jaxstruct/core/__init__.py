@@ -19,10 +19,12 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
+from ._compare import tree_equal
 from ._errors import (
     FrozenStructError,
     MissingDistributionError,
     StructDefinitionError,
+    TracedComparisonError,
     ValidationError,
 )
 from ._fields import MISSING, FieldKind, FieldSpec, field
@@ -59,6 +61,7 @@ __all__ = [
     "StructDefinitionError",
     "StructError",
     "StructMeta",
+    "TracedComparisonError",
     "ValidationError",
     "build",
     "check_types",
@@ -83,4 +86,5 @@ __all__ = [
     "set_optree_namespace",
     "static_fields",
     "tree_at",
+    "tree_equal",
 ]

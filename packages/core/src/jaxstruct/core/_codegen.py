@@ -12,16 +12,19 @@ which JAX calls with exactly two arguments), never from globals.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import sys
 import types
 from typing import Any
 
 from ._fields import MISSING
-from ._layout import FLAT, Layout, Opaque
+from ._layout import FLAT, Layout, Opaque, converter_failed
 from ._lifecycle import BUILDING, SAFE_STATIC_TYPES, check_static, finish
 
 __all__ = [
     "FACTORY",
+    "LazySignature",
     "generate_flat",
     "generate_init",
     "generate_replace",
@@ -45,24 +48,46 @@ FACTORY: Any = _Factory()
 
 
 def lazy_init(cls: type) -> Any:
-    """Return the stub ``__init__`` for ``cls``; its first call installs the real one."""
+    """Return the stub ``__init__`` for ``cls``; its first call installs the real one.
+
+    The stub's signature (``inspect.signature``, what jaxtyping's ``@jaxtyped``
+    reads) is the real constructor's, worked out only when asked for.
+    """
 
     def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:
-        real = generate_init(cls)
+        real = cls.__dict__["__struct_layout__"].init_fn or generate_init(cls)
         real(self, *args, **kwargs)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     __init__.__module__ = cls.__module__
     __init__._jaxstruct_generated = True  # type: ignore[attr-defined]
+    __init__.__signature__ = LazySignature.of(cls)  # type: ignore[attr-defined]
     return __init__
 
 
+def _is_stub(fn: Any) -> bool:
+    # Every stub shares one code object; a wrapper of a stub (jaxtyping's) does not.
+    return getattr(fn, "__code__", None) is _STUB_CODE
+
+
 def generate_init(cls: type) -> Any:
-    """Compile and install the specialised ``__init__`` of ``cls`` (idempotent)."""
-    current = cls.__dict__.get("__init__")
-    if current is not None and getattr(current, "_jaxstruct_compiled", False):
-        return current
+    """Compile the specialised ``__init__`` of ``cls`` once, and install it if the stub is there.
+
+    When something else wrapped the stub meanwhile (a decorator on the class
+    such as jaxtyping's ``@jaxtyped``), the wrapper stays and calls the
+    compiled function through the stub.
+    """
     layout: Layout = cls.__dict__["__struct_layout__"]
+    init = layout.init_fn
+    if init is None:
+        init = _compile_init(cls, layout)
+        layout.init_fn = init
+    if _is_stub(cls.__dict__.get("__init__")):
+        type.__setattr__(cls, "__init__", init)
+    return init
+
+
+def _compile_init(cls: type, layout: Layout) -> Any:
     resolved = layout.resolve()
     env: dict[str, Any] = {
         "_js_osa": _osa,
@@ -71,13 +96,14 @@ def generate_init(cls: type) -> Any:
         "_js_SAFE": SAFE_STATIC_TYPES,
         "_js_check": check_static,
         "_js_finish": finish,
+        "_js_failed": converter_failed,
         "_js_layout": layout,
         "_js_cls": cls,
     }
     params: list[str] = []
     kwonly: list[str] = []
     body: list[str] = []
-    for spec in layout.init_fields:
+    for spec in layout.init_params:
         name = spec.name
         if spec.default is not MISSING:
             env[f"_js_d_{name}"] = spec.default
@@ -106,18 +132,25 @@ def generate_init(cls: type) -> Any:
             continue  # left for __post_init__ to assign; checked in finish()
         if spec.converter is not None:
             env[f"_js_c_{name}"] = spec.converter
-            if resolved["converters"][name]:
-                value = f"_js_c_{name}(_js_self, {value})"
-            else:
-                value = f"_js_c_{name}({value})"
-        if value != name:
+            first = "_js_self, " if resolved["converters"][name] else ""
+            # try costs nothing until something raises (Python 3.11+).
+            body += [
+                "    try:",
+                f"        {name} = _js_c_{name}({first}{value})",
+                "    except Exception as _js_e:",
+                f"        _js_failed(_js_cls, {name!r}, _js_c_{name}, _js_e)",
+            ]
+        elif value != name:
             body.append(f"    {name} = {value}")
         if name in checked:
             # Static values are checked before any field is set (the checks
             # read locals, not attributes); int, str, ... skip the call.
             body.append(f"    {_static_check(spec, env)}")
         body.append(f"    _js_osa(_js_self, {name!r}, {name})")
-    if layout.has_hooks:
+    if layout.initvars:
+        values = "".join(f"{spec.name}, " for spec in layout.initvars)
+        body.append(f"    _js_finish(_js_self, _js_layout, initvars=({values}))")
+    elif layout.has_hooks:
         body.append("    _js_finish(_js_self, _js_layout)")
     # The flattened form is built on the first flatten (see _cache): storing it
     # here would cost every construction 10-20% (measured), flattened or not.
@@ -126,10 +159,86 @@ def generate_init(cls: type) -> Any:
     signature = ", ".join(["_js_self", *params, *(["*", *kwonly] if kwonly else [])])
     init = _compile(cls, "__init__", signature, body, env)
     init.__doc__ = f"Create a {cls.__name__} from its fields."
+    init.__annotations__ = {
+        **{spec.name: init_annotation(spec) for spec in layout.init_params},
+        "return": None,
+    }
     init._jaxstruct_generated = True
     init._jaxstruct_compiled = True
-    type.__setattr__(cls, "__init__", init)
     return init
+
+
+def init_annotation(spec: Any) -> Any:
+    """The annotation a constructor parameter shows: the field's, or an InitVar's inner type."""
+    hint = spec.type
+    if isinstance(hint, dataclasses.InitVar):
+        return hint.type
+    return hint
+
+
+class LazySignature(inspect.Signature):
+    """The constructor signature of a struct class, computed on first use.
+
+    A stub ``__init__`` carries one, so defining a class compiles nothing, while
+    ``inspect.signature`` (and tools built on it) see the real parameters and
+    annotations, with string annotations resolved where possible.
+    """
+
+    __slots__ = ("_js_cls",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._js_cls = None
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def of(cls, struct_cls: type) -> LazySignature:
+        """Return a signature standing for ``struct_cls``'s constructor (nothing computed yet)."""
+        sig = cls.__new__(cls)
+        sig._js_cls = struct_cls
+        return sig
+
+    def _js_load(self) -> None:
+        owner = self._js_cls
+        if owner is None:
+            return
+        self._js_cls = None
+        real = inspect.signature(generate_init_for_signature(owner))
+        params = [
+            p.replace(annotation=_resolve_hint(owner, p.annotation))
+            for p in real.parameters.values()
+        ]
+        inspect.Signature.__init__(self, params, return_annotation=real.return_annotation)
+
+    @property
+    def parameters(self) -> Any:  # type: ignore[override]
+        self._js_load()
+        return inspect.Signature.parameters.fget(self)  # type: ignore[attr-defined]
+
+    @property
+    def return_annotation(self) -> Any:  # type: ignore[override]
+        self._js_load()
+        return inspect.Signature.return_annotation.fget(self)  # type: ignore[attr-defined]
+
+
+def generate_init_for_signature(cls: type) -> Any:
+    """The compiled constructor of ``cls`` (compiled now if needed), whoever calls it."""
+    layout: Layout = cls.__dict__["__struct_layout__"]
+    return layout.init_fn or generate_init(cls)
+
+
+def _resolve_hint(cls: type, hint: Any) -> Any:
+    """Evaluate a string annotation in the module of ``cls``; leave it as is when that fails."""
+    if not isinstance(hint, str):
+        return hint
+    module = sys.modules.get(cls.__module__)
+    scope = dict(vars(module)) if module is not None else {}
+    try:
+        value = eval(hint, scope, dict(vars(cls)))
+    except Exception:
+        return hint
+    if isinstance(value, dataclasses.InitVar):
+        return value.type
+    return value
 
 
 _SAFE_BY_NAME = {t.__name__: t for t in SAFE_STATIC_TYPES}
@@ -303,8 +412,14 @@ def generate_replace(cls: type) -> Any:
         changed: list[str] = []
         if spec.converter is not None:
             env[f"_js_c_{name}"] = spec.converter
+            env["_js_failed"] = converter_failed
             first = "_js_n, " if resolved["converters"][name] else ""
-            changed.append(f"{name} = _js_c_{name}({first}{name})")
+            changed += [
+                "try:",
+                f"    {name} = _js_c_{name}({first}{name})",
+                "except Exception as _js_e:",
+                f"    _js_failed(_js_cls, {name!r}, _js_c_{name}, _js_e)",
+            ]
         if name in checked:
             changed.append(_static_check(spec, env))
         if changed:
@@ -354,3 +469,6 @@ def _slow_replace(
     changes = {n: v for n, v in zip(names, values, strict=True) if v is not MISSING}
     changes.update(more)
     return _generic_replace(obj, **changes)
+
+
+_STUB_CODE = lazy_init(type("_Probe", (), {})).__code__

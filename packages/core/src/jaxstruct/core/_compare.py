@@ -8,7 +8,13 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-__all__ = ["hash_fields", "values_equal"]
+from ._errors import TracedComparisonError
+
+__all__ = ["TracedLeaf", "hash_fields", "traced_comparison_message", "tree_equal", "values_equal"]
+
+
+class TracedLeaf(Exception):
+    """Internal: ``values_equal`` met a traced array whose value is not known yet."""
 
 
 def _is_array(x: Any) -> bool:
@@ -17,8 +23,13 @@ def _is_array(x: Any) -> bool:
 
 def _arrays_equal(a: Any, b: Any) -> bool:
     if isinstance(a, Tracer) or isinstance(b, Tracer):
-        # Values are unknown while tracing; only the very same tracer is equal.
-        return a is b
+        # Values are unknown while tracing: only the very same tracer is known
+        # to be equal; answering False for the others would be silently wrong.
+        if a is b:
+            return True
+        if not (_is_array(a) and _is_array(b)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False  # known while tracing: shapes and dtypes are static
+        raise TracedLeaf
     if not (_is_array(a) and _is_array(b)):
         return False
     x, y = np.asarray(a), np.asarray(b)
@@ -38,6 +49,8 @@ def _leaf_equal(a: Any, b: Any) -> bool:
         return _arrays_equal(a, b)
     try:
         result = a == b
+    except (TracedLeaf, TracedComparisonError):
+        raise  # a nested struct holding traced arrays: no silent False
     except Exception:
         return False
     if result is True or result is False:
@@ -71,6 +84,71 @@ def values_equal(a: Any, b: Any) -> bool:
     except Exception:
         return False
     return all(_leaf_equal(x, y) for x, y in zip(leaves_a, leaves_b, strict=True))
+
+
+def traced_comparison_message(cls: type, name: str) -> str:
+    """The error for ``==`` on structs whose field ``name`` holds traced arrays."""
+    return (
+        f"{cls.__qualname__} == {cls.__qualname__}: field {name!r} holds arrays traced by "
+        "jit, vmap or grad, whose values are not known while tracing, so == cannot answer "
+        "True or False. Use jaxstruct.core.tree_equal(a, b), which returns a traced boolean "
+        "array, or compare outside the transformation"
+    )
+
+
+def tree_equal(a: Any, b: Any) -> bool | jax.Array:
+    """Compare two pytrees leaf by leaf; a traced boolean when leaves are traced.
+
+    The trees must have the same structure (static fields included) and each
+    pair of leaves the same shape, dtype and values (NaN equal to NaN), or the
+    answer is ``False``. Outside ``jit`` it is a Python ``bool``; under
+    ``jit``, ``vmap`` or ``grad``, when some leaf is traced, it is a boolean
+    scalar array (use it with ``jnp.where`` or ``lax.cond``). Unlike ``==``,
+    every leaf counts, ``compare=False`` fields included.
+
+    Args:
+        a: a pytree (structs, lists, dicts, arrays, ...).
+        b: another pytree.
+
+    Returns:
+        ``True``/``False``, or a traced boolean scalar.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import jaxstruct.core as js
+        >>> class P(js.Struct):
+        ...     w: jax.Array
+        >>> js.tree_equal(P(w=jnp.ones(2)), P(w=jnp.ones(2)))
+        True
+        >>> jax.jit(js.tree_equal)(P(w=jnp.ones(2)), P(w=jnp.zeros(2)))
+        Array(False, dtype=bool)
+    """
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    try:
+        if tree_a != tree_b:
+            return False
+    except Exception:
+        return False
+    traced: list[Any] = []
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        if isinstance(x, Tracer) or isinstance(y, Tracer):
+            if x is y:
+                continue
+            if not (_is_array(x) and _is_array(y)):
+                return False
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            import jax.numpy as jnp
+
+            traced.append(jnp.array_equal(x, y, equal_nan=jnp.issubdtype(x.dtype, jnp.inexact)))
+        elif not (_arrays_equal(x, y) if _is_array(x) or _is_array(y) else _leaf_equal(x, y)):
+            return False
+    if not traced:
+        return True
+    import jax.numpy as jnp
+
+    return jnp.all(jnp.stack(traced))
 
 
 def hash_fields(obj: Any, names: tuple[str, ...]) -> int:

@@ -8,6 +8,7 @@ __all__ = [
     "FrozenStructError",
     "MissingDistributionError",
     "StructDefinitionError",
+    "TracedComparisonError",
     "ValidationError",
 ]
 
@@ -26,3 +27,7 @@ class StructDefinitionError(StructError, TypeError):
 
 class MissingDistributionError(StructError, ImportError):
     """A feature needs a jaxstruct distribution that is not installed."""
+
+
+class TracedComparisonError(StructError, TypeError):
+    """``==`` was asked about structs whose arrays are traced (values unknown until run)."""

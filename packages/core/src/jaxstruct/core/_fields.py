@@ -79,6 +79,7 @@ class FieldSpec:
         "derived",
         "doc",
         "init",
+        "initvar",
         "kind",
         "kw_only",
         "metadata",
@@ -171,6 +172,11 @@ class FieldSpec:
         self.validators = validators
         self.derived = derived
         self.override = bool(override)
+        self.initvar = False
+        if default is not MISSING:
+            problem = mutable_default_problem(default)
+            if problem:
+                problems.append(problem)
         self._problems = tuple(problems)
 
     @property
@@ -367,6 +373,33 @@ def field(
         derived=derived,
         override=override,
     )
+
+
+def mutable_default_problem(value: Any) -> str | None:
+    """Say why ``value`` cannot be a shared default (mutable and unhashable), or ``None``.
+
+    The rule is the one of :mod:`dataclasses` (a default whose type is
+    unhashable is taken to be mutable), except for JAX arrays, which are
+    unhashable but immutable, so sharing one is safe.
+    """
+    kind = type(value)
+    if kind.__hash__ is not None:
+        return None
+    import jax
+
+    if isinstance(value, jax.Array):
+        return None
+    name = kind.__name__
+    factory = name if kind in (list, dict, set, bytearray) else f"lambda: {name}(...)"
+    return (
+        f"the default {_short_repr(value)} is a mutable {name} that every instance would "
+        f"share; use field(default_factory={factory}) to give each instance its own"
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def required_positional(fn: Callable[..., Any]) -> int | None:

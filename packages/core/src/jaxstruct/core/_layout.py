@@ -9,13 +9,13 @@ instance is built, so defining a class stays cheap.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from jax.tree_util import GetAttrKey
 
 from ._fields import FieldKind, FieldSpec, required_positional
 
-__all__ = ["FLAT", "KEYED", "Layout", "Opaque"]
+__all__ = ["FLAT", "KEYED", "Layout", "Opaque", "converter_failed"]
 
 # Instance attribute caching the flattened form ``(children, aux)``; flatten is
 # ``operator.attrgetter(FLAT)``, so JAX flattens a struct without calling Python.
@@ -61,12 +61,17 @@ class Layout:
         "cls",
         "compare_names",
         "converters",
+        "dataclass_fields",
         "derived",
         "fields",
         "flat_of",
         "has_hooks",
         "init_fields",
+        "init_fn",
+        "init_params",
+        "initvars",
         "keys",
+        "members",
         "node_names",
         "opaque_names",
         "post_init",
@@ -79,9 +84,26 @@ class Layout:
         "validated",
     )
 
-    def __init__(self, cls: type, fields: tuple[FieldSpec, ...], *, user_init: bool) -> None:
+    def __init__(
+        self,
+        cls: type,
+        fields: tuple[FieldSpec, ...],
+        *,
+        user_init: bool,
+        members: tuple[FieldSpec, ...] | None = None,
+    ) -> None:
         self.cls = cls
         self.fields = fields
+        self.members = members or fields
+        # ``members`` is ``fields`` with the InitVar pseudo-fields in declaration order.
+        if members is None or len(members) == len(fields):
+            self.initvars: tuple[FieldSpec, ...] = ()
+            self.init_params = tuple(f for f in fields if f.init and f.derived is None)
+        else:
+            self.initvars = tuple(f for f in members if f.initvar)
+            self.init_params = tuple(
+                f for f in members if f.initvar or (f.init and f.derived is None)
+            )
         self.by_name = {f.name: f for f in fields}
         self.node_names = tuple(f.name for f in fields if f.kind is FieldKind.NODE)
         self.static_names = tuple(f.name for f in fields if f.kind is FieldKind.STATIC)
@@ -96,31 +118,45 @@ class Layout:
         self.derived = tuple(f for f in fields if f.derived is not None)
         self.converters = any(f.converter is not None for f in fields)
         self.validated = tuple(f for f in fields if f.validators)
-        post_init = getattr(cls, "__post_init__", None)
-        self.post_init: Callable[[Any], None] | None = post_init
-        self.checks: tuple[Callable[[Any], Any], ...] = tuple(
-            c.__dict__["__check_init__"]
-            for c in reversed(cls.__mro__)
-            if "__check_init__" in c.__dict__
-        )
         self.user_init = user_init
-        # An init=False field without a default is assigned by __post_init__ or
-        # not at all; only finish() reports the second case, so it counts as a hook.
-        unassigned = any(not f.init and not f.has_default and f.derived is None for f in fields)
-        self.has_hooks = bool(
-            self.derived
-            or self.validated
-            or post_init is not None
-            or self.checks
-            or user_init
-            or unassigned
-        )
+        self.post_init: Callable[..., None] | None = None
+        self.checks: tuple[Callable[[Any], Any], ...] = ()
+        self.has_hooks = False
+        self.refresh_hooks()
+        # The compiled ``__init__`` (see _codegen.generate_init), once built.
+        self.init_fn: Any = None
+        # ``dataclasses.Field`` objects for the dataclass protocol, built on first use.
+        self.dataclass_fields: dict[str, Any] | None = None
         # Filled by resolve(): (spec, takes_self) pairs per hook.
         self.resolved: dict[str, Any] | None = None
         # The unflatten function registered with JAX (see _codegen.lazy_unflatten).
         self.unflatten: Any = None
         # Specialised ``obj -> (children, aux)``, compiled on first use.
         self.flat_of: Callable[[Any], tuple[Any, Any]] | None = None
+
+    def refresh_hooks(self) -> None:
+        """Read ``__post_init__`` and ``__check_init__`` from the class again (after a patch)."""
+        cls = self.cls
+        self.post_init = getattr(cls, "__post_init__", None)
+        self.checks = tuple(
+            c.__dict__["__check_init__"]
+            for c in reversed(cls.__mro__)
+            if "__check_init__" in c.__dict__
+        )
+        # An init=False field without a default is assigned by __post_init__ or
+        # not at all; only finish() reports the second case, so it counts as a hook.
+        unassigned = any(
+            not f.init and not f.has_default and f.derived is None for f in self.fields
+        )
+        self.has_hooks = bool(
+            self.derived
+            or self.validated
+            or self.post_init is not None
+            or self.checks
+            or self.user_init
+            or unassigned
+            or self.initvars
+        )
 
     def resolve(self) -> dict[str, Any]:
         """Decide hook arities once (inspecting signatures, never calling) and cache them."""
@@ -145,6 +181,32 @@ class Layout:
         conv = spec.converter
         if conv is None:
             return value
-        if self.resolve()["converters"][spec.name]:
-            return conv(obj, value)
-        return conv(value)
+        try:
+            if self.resolve()["converters"][spec.name]:
+                return conv(obj, value)
+            return conv(value)
+        except Exception as err:
+            converter_failed(self.cls, spec.name, conv, err)
+
+
+def converter_failed(cls: type, name: str, converter: Any, err: Exception) -> NoReturn:
+    """Re-raise ``err`` from a converter with the class and field named, keeping its type.
+
+    The new exception is of the same type as ``err`` and chained to it; when
+    that type cannot be built from one message, ``err`` itself is re-raised
+    with a note (PEP 678) naming the class and field.
+    """
+    where = f"{cls.__qualname__}.{name}"
+    label = getattr(converter, "__qualname__", None) or repr(converter)
+    message = (
+        f"{where}: converter {label} raised {type(err).__name__}: {err}; "
+        "pass a value the converter accepts"
+    )
+    try:
+        wrapped = type(err)(message)
+    except Exception:
+        wrapped = None
+    if wrapped is None or str(wrapped) != message:
+        err.add_note(f"while converting {where} with {label}")
+        raise err
+    raise wrapped from err

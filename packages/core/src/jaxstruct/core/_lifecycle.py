@@ -22,6 +22,7 @@ __all__ = [
     "BUILDING",
     "SAFE_STATIC_TYPES",
     "assign_arguments",
+    "bound_method_message",
     "building",
     "check_static",
     "compute_derived",
@@ -64,6 +65,17 @@ def check_static(cls: type, name: str, value: Any) -> None:
             f"{type(value).__name__} {value!r}; use an immutable value (tuple, frozenset), "
             "or make it a node field (drop static=True) or opaque (pytree=False)"
         ) from None
+
+
+def bound_method_message(cls: type, name: str) -> str:
+    """The error for storing a bound method of the instance being built in field ``name``."""
+    return (
+        f"{cls.__qualname__}.{name}: storing a bound method of the instance itself "
+        f"(self.{name} = self.some_method) makes the struct refer to itself, which a pytree "
+        "cannot represent (jit, tree_map and unflatten would keep the old instance inside "
+        "the new one). Call the method where it is needed, or store the plain function "
+        f"(type(self).some_method) and pass the instance explicitly"
+    )
 
 
 def _describe(value: Any) -> str:
@@ -128,8 +140,15 @@ def _check_complete(obj: Any, layout: Layout) -> None:
         )
 
 
-def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
-    """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned)."""
+def finish(
+    obj: Any, layout: Layout, *, post_init: bool = True, initvars: tuple[Any, ...] = ()
+) -> None:
+    """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned).
+
+    ``__post_init__`` is looked up on the class now, not when the class was
+    created, so assigning a new one later takes effect; it receives the
+    ``InitVar`` values, in declaration order, after ``self``.
+    """
     ids = BUILDING
     key = id(obj)
     fresh = key not in ids
@@ -139,8 +158,9 @@ def finish(obj: Any, layout: Layout, *, post_init: bool = True) -> None:
         if layout.derived:
             compute_derived(obj, layout)
         if post_init:
-            if layout.post_init is not None:
-                layout.post_init(obj)
+            hook = getattr(type(obj), "__post_init__", None)
+            if hook is not None:
+                hook(obj, *initvars)
             # Derived fields run a second time even without __post_init__, as
             # the lifecycle promises (a derived callable may count its calls).
             if layout.derived:
@@ -196,35 +216,58 @@ def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, con
 
 
 def assign_arguments(
-    obj: Any, layout: Layout, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """Bind constructor arguments to fields generically (the slow path of ``__init__``)."""
+    obj: Any,
+    layout: Layout,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    keep_assigned: bool = False,
+) -> tuple[Any, ...]:
+    """Bind constructor arguments to fields generically (the slow path of ``__init__``).
+
+    Returns the ``InitVar`` values in declaration order. With ``keep_assigned``
+    (a user's ``__init__`` calling ``super().__init__(...)``), fields not among
+    the arguments keep the values already assigned to them, and required ones
+    may still be assigned afterwards (``finish`` reports any left unassigned).
+    """
     cls = layout.cls
-    positional = [f for f in layout.init_fields if not f.kw_only]
+    positional = [f for f in layout.init_params if not f.kw_only]
     if len(args) > len(positional):
         raise TypeError(
             f"{cls.__qualname__}() takes {len(positional)} positional argument(s) but "
             f"{len(args)} were given"
         )
     values = dict(zip((f.name for f in positional), args, strict=False))
+    params = {f.name: f for f in layout.init_params}
     for name, value in kwargs.items():
-        spec = layout.by_name.get(name)
-        if spec is None or not spec.init or spec.derived is not None:
+        spec = params.get(name)
+        if spec is None:
             raise TypeError(f"{cls.__qualname__}() got an unexpected keyword argument {name!r}")
         if name in values:
             raise TypeError(f"{cls.__qualname__}() got multiple values for argument {name!r}")
         values[name] = value
+    initvars: list[Any] = []
+    for spec in layout.initvars:
+        value = values.get(spec.name, MISSING)
+        if value is MISSING:
+            if not spec.has_default and not keep_assigned:
+                raise TypeError(f"{cls.__qualname__}() missing required argument {spec.name!r}")
+            value = spec.make_default() if spec.has_default else None
+        initvars.append(value)
     for spec in layout.fields:
         if spec.derived is not None:
             continue
         if spec.name in values:
             value = values[spec.name]
+        elif keep_assigned and getattr(obj, spec.name, MISSING) is not MISSING:
+            continue
         elif spec.has_default:
             value = spec.make_default()
-        elif spec.init:
+        elif spec.init and not keep_assigned:
             raise TypeError(f"{cls.__qualname__}() missing required argument {spec.name!r}")
         else:
             continue
         if spec.converter is not None:
             value = layout.convert(obj, spec, value)
         _osa(obj, spec.name, value)
+    return tuple(initvars)

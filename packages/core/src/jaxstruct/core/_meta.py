@@ -9,6 +9,7 @@ class definition naming the class, the field and the ways out.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import operator
 import typing
 from collections.abc import Callable
@@ -67,8 +68,6 @@ class_created_hooks: list[Callable[[type], None]] = []
 #: attribute ``__jaxstruct_not_a_field__``, and these names for string
 #: annotations. Extensions (``jaxstruct.abc``'s ``AbstractVar``) add to it.
 not_a_field_names: set[str] = {"ClassVar"}
-
-_MUTABLE_DEFAULTS = (list, dict, set, bytearray)
 
 SHADOW_HELP = """\
 A subclass redeclared an inherited field. With dataclass-style inheritance the
@@ -129,6 +128,9 @@ class StructMeta(abc.ABCMeta):
         *,
         init: bool = True,
         overwrite_parent_init: bool = False,
+        kw_only: bool = False,
+        frozen: bool = True,
+        match_args: bool = True,
         _adopted_init: bool = False,
         **kwargs: Any,
     ) -> StructMeta:
@@ -137,14 +139,15 @@ class StructMeta(abc.ABCMeta):
             # The Struct base class itself.
             return super().__new__(mcls, name, bases, ns, **kwargs)
         qual = ns.get("__qualname__", name)
+        _check_class_keywords(qual, kwargs, frozen)
         inherited: dict[str, FieldSpec] = {}
         for base in reversed(bases):
             for klass in reversed(base.__mro__):
                 layout = klass.__dict__.get("__struct_layout__")
                 if layout is not None:
-                    for spec in layout.fields:
+                    for spec in layout.members:
                         inherited[spec.name] = spec
-        own = _collect_own_fields(qual, ns, inherited)
+        own = _collect_own_fields(qual, ns, inherited, kw_only=kw_only)
         user_init = ns.get("__init__")
         if user_init is not None:
             if not init and not _adopted_init:
@@ -153,27 +156,38 @@ class StructMeta(abc.ABCMeta):
                 )
             ns["__init__"] = wrap_user_init(user_init)
         cls = super().__new__(mcls, name, bases, ns, **kwargs)
-        fields = dict(inherited)
+        members = dict(inherited)
         for spec in own:
             spec.owner = cls
-            fields[spec.name] = spec
-        ordered = tuple(fields.values())
+            members[spec.name] = spec
+        ordered = tuple(members.values())
         _check_order(qual, ordered)
+        fields = ordered
+        if any(spec.initvar for spec in ordered):
+            fields = tuple(spec for spec in ordered if not spec.initvar)
         has_user_init = user_init is not None
         if user_init is None:
-            inherited_user = _inherits_user_init(cls)
-            if not init or (inherited_user and not own):
-                # Keep the inherited __init__ (a subclass adding no fields, or init=False).
-                has_user_init = inherited_user
+            klass, inherited_init = _first_init(cls)
+            custom = inherited_init is not object.__init__ and not getattr(
+                inherited_init, "_jaxstruct_generated", False
+            )
+            if not init or (custom and not own):
+                # Keep the inherited __init__ (a subclass adding no fields, or
+                # init=False), whether a struct parent or a plain mixin wrote it.
+                if custom and not getattr(inherited_init, "_jaxstruct_user_init", False):
+                    type.__setattr__(cls, "__init__", wrap_user_init(inherited_init))
+                has_user_init = custom
             else:
-                _check_parent_init(cls, qual, overwrite_parent_init)
+                _check_parent_init(cls, qual, overwrite_parent_init, klass, inherited_init)
                 type.__setattr__(cls, "__init__", lazy_init(cls))
-        layout = Layout(cls, ordered, user_init=has_user_init)
+        layout = Layout(cls, fields, user_init=has_user_init, members=ordered)
         type.__setattr__(cls, "__struct_layout__", layout)
         type.__setattr__(
             cls,
             "__match_args__",
-            tuple(f.name for f in layout.init_fields if not f.kw_only),
+            tuple(f.name for f in layout.init_params if not f.kw_only and not f.initvar)
+            if match_args
+            else (),
         )
         merged = dict(getattr(cls, "__struct_options__", {}))
         merged.update(options)
@@ -195,23 +209,137 @@ class StructMeta(abc.ABCMeta):
             return None
         import inspect
 
-        from ._codegen import generate_init
+        from ._codegen import generate_init_for_signature
 
         init = cls.__dict__.get("__init__")
         if init is None or getattr(init, "_jaxstruct_generated", False):
-            init = generate_init(cls) if "__init__" in cls.__dict__ else cls.__init__
+            init = generate_init_for_signature(cls) if init is not None else cls.__init__
         sig = inspect.signature(init)
         params = list(sig.parameters.values())[1:]
         return sig.replace(parameters=params)
 
+    def __setattr__(cls, name: str, value: Any) -> None:
+        type.__setattr__(cls, name, value)
+        if name in _HOOK_NAMES:
+            _hooks_changed(cls)
+
+    def __delattr__(cls, name: str) -> None:
+        type.__delattr__(cls, name)
+        if name in _HOOK_NAMES:
+            _hooks_changed(cls)
+
+
+#: Class attributes whose later assignment changes how instances are built.
+_HOOK_NAMES = frozenset({"__post_init__", "__check_init__"})
+
+
+def _hooks_changed(cls: type) -> None:
+    """Re-read the lifecycle hooks of ``cls`` and its subclasses after one was patched.
+
+    A class without hooks is built by a compiled ``__init__`` and ``replace``
+    that skip the lifecycle; those are dropped (back to the stubs) so the next
+    call compiles them again with the hooks. Construction stays as fast as
+    ever for classes nobody patches.
+    """
+    pending = [cls]
+    seen: set[type] = set()
+    while pending:
+        klass = pending.pop()
+        if klass in seen:
+            continue
+        seen.add(klass)
+        pending.extend(klass.__subclasses__())
+        layout = klass.__dict__.get("__struct_layout__")
+        if layout is None:
+            continue
+        layout.refresh_hooks()
+        current = klass.__dict__.get("__init__")
+        if layout.init_fn is not None:
+            if current is layout.init_fn:
+                type.__setattr__(klass, "__init__", lazy_init(klass))
+            layout.init_fn = None
+        replace = klass.__dict__.get("replace")
+        if getattr(replace, "_jaxstruct_fast_replace", False):
+            type.__delattr__(klass, "replace")
+
+
+_DATACLASS_ONLY = {
+    "eq": "== and hash() are always by field value (arrays by value); define __eq__ and "
+    "__hash__ in the class body to change them",
+    "order": "structs hold arrays, which have no total order; define __lt__ and the others "
+    "in the class body (functools.total_ordering helps)",
+    "unsafe_hash": "hash() is always by field value and raises a TypeError naming an "
+    "unhashable field; nothing to switch on",
+    "repr": "define __repr__ in the class body to replace the generated one",
+    "slots": "jaxstruct lays out instance attributes itself (see the performance page); "
+    "__slots__ would make flattening slower, not faster",
+    "weakref_slot": "struct instances already support weak references",
+}
+
+
+def _check_class_keywords(qual: str, kwargs: dict[str, Any], frozen: bool) -> None:
+    if not frozen:
+        raise _fail(
+            qual,
+            "frozen=False is not supported: struct instances are always frozen, because JAX "
+            "treats them as values; derive changed copies with .replace(...), or keep "
+            "mutable state in an opaque field (field(pytree=False))",
+        )
+    for key in kwargs:
+        reason = _DATACLASS_ONLY.get(key)
+        if reason:
+            raise _fail(
+                qual,
+                f"the class keyword {key}= is a dataclasses option that structs do not take: "
+                f"{reason}. Struct classes take init=, kw_only=, match_args=, frozen=True "
+                "and overwrite_parent_init=",
+            )
+
+
+def _head(annotation: str) -> str:
+    return annotation.replace(" ", "").split("[", 1)[0].rpartition(".")[2]
+
+
+def _is_initvar(annotation: Any) -> bool:
+    """Whether an annotation is ``dataclasses.InitVar[...]`` (an argument, not a field)."""
+    if isinstance(annotation, str):
+        return _head(annotation) == "InitVar"
+    return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
+
+
+def _is_kw_only_marker(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return _head(annotation) == "KW_ONLY"
+    return annotation is dataclasses.KW_ONLY
+
+
+def _initvar_spec(qual: str, fname: str, value: Any) -> FieldSpec:
+    if isinstance(value, FieldSpec):
+        if value.derived is not None or value.converter is not None or value.validators:
+            raise _fail(
+                qual,
+                f"InitVar {fname!r} is an argument of __init__ and __post_init__, not a field: "
+                "it takes a default and nothing else; convert or check it in __post_init__",
+            )
+        spec = value._copy()
+    else:
+        spec = FieldSpec(default=value)
+    spec.initvar = True
+    return spec
+
 
 def _collect_own_fields(
-    qual: str, ns: dict[str, Any], inherited: dict[str, FieldSpec]
+    qual: str, ns: dict[str, Any], inherited: dict[str, FieldSpec], *, kw_only: bool = False
 ) -> list[FieldSpec]:
     own: list[FieldSpec] = []
     annotations = _own_annotations(ns)
     for fname, annotation in annotations.items():
         if _is_classvar(annotation):
+            continue
+        if _is_kw_only_marker(annotation):
+            # ``_: KW_ONLY``: the fields after it are keyword-only (as in dataclasses).
+            ns.pop(fname, None)
+            kw_only = True
             continue
         if fname.startswith(("_jaxstruct", "_js_")):
             raise _fail(
@@ -224,17 +352,14 @@ def _collect_own_fields(
                 "rename the field",
             )
         value = ns.pop(fname, MISSING)
-        if isinstance(value, FieldSpec):
+        if _is_initvar(annotation):
+            spec = _initvar_spec(qual, fname, value)
+        elif isinstance(value, FieldSpec):
             spec = value._copy()
         else:
-            if isinstance(value, _MUTABLE_DEFAULTS):
-                raise _fail(
-                    qual,
-                    f"field {fname!r} has a mutable default {type(value).__name__}, which every "
-                    f"instance would share; use field(default_factory={type(value).__name__}) "
-                    "instead",
-                )
             spec = FieldSpec(default=value)
+        if kw_only:
+            spec.kw_only = True
         spec.name = fname
         spec.type = annotation
         for problem in spec._problems:
@@ -294,12 +419,7 @@ def _first_init(cls: type) -> tuple[type, Any]:
     return object, object.__init__
 
 
-def _inherits_user_init(cls: type) -> bool:
-    return bool(getattr(_first_init(cls)[1], "_jaxstruct_user_init", False))
-
-
-def _check_parent_init(cls: type, qual: str, overwrite: bool) -> None:
-    klass, init = _first_init(cls)
+def _check_parent_init(cls: type, qual: str, overwrite: bool, klass: type, init: Any) -> None:
     if overwrite or init is object.__init__ or getattr(init, "_jaxstruct_generated", False):
         return
     raise _fail(

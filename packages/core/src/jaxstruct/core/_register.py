@@ -30,22 +30,47 @@ def _metaclass_for(cls: type) -> type:
     return type(f"Struct{meta.__name__}", (StructMeta, meta), {})
 
 
-def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> None:
-    for f in dataclasses.fields(cls):
-        default: Any = MISSING if f.default is dataclasses.MISSING else f.default
-        factory: Any = MISSING if f.default_factory is dataclasses.MISSING else f.default_factory
-        ns[f.name] = FieldSpec(
-            default=default,
-            default_factory=factory,
-            init=f.init,
-            repr=f.repr,
-            compare=f.compare,
-            kw_only=f.kw_only is True,
-            metadata=f.metadata,
-            static=bool(f.metadata.get("static", False)),
-        )
-    ns["__annotations__"] = {f.name: f.type for f in dataclasses.fields(cls)}
-    ns.pop("__init__", None)
+def _is_static(metadata: Any) -> bool:
+    """Whether field metadata asks for a static field (equinox's or flax/optree's convention)."""
+    return bool(metadata.get("static", False)) or metadata.get("pytree_node", True) is False
+
+
+def _from_dataclasses_field(f: dataclasses.Field[Any]) -> FieldSpec:
+    default: Any = MISSING if f.default is dataclasses.MISSING else f.default
+    factory: Any = MISSING if f.default_factory is dataclasses.MISSING else f.default_factory
+    return FieldSpec(
+        default=default,
+        default_factory=factory,
+        init=f.init,
+        repr=f.repr,
+        compare=f.compare,
+        kw_only=f.kw_only is True,
+        metadata=f.metadata,
+        static=_is_static(f.metadata),
+    )
+
+
+def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
+    """Take over a stdlib dataclass's fields and InitVars; return whether its own __init__ stays."""
+    annotations: dict[str, Any] = {}
+    regular = {f.name for f in dataclasses.fields(cls)}
+    table: dict[str, dataclasses.Field[Any]] = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    for f in table.values():
+        if f.name in regular:
+            ns[f.name] = _from_dataclasses_field(f)
+        elif isinstance(f.type, dataclasses.InitVar) or f.type is dataclasses.InitVar:
+            if f.default is not dataclasses.MISSING:
+                ns[f.name] = f.default
+        else:
+            continue  # a ClassVar
+        annotations[f.name] = f.type
+    ns["__annotations__"] = annotations
+    params = getattr(cls, "__dataclass_params__", None)
+    own_init = "__init__" in cls.__dict__ and not getattr(params, "init", True)
+    if own_init:
+        # @dataclass(init=False) with an __init__ of its own: keep it.
+        ns["__init__"] = cls.__dict__["__init__"]
+    return own_init
 
 
 @overload
@@ -60,7 +85,10 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
     comes first in the MRO, so its methods and ``super()`` calls keep working.
     Fields come from the class's annotations (``field()`` works as usual); a
     ``__init__`` defined in the class is kept as a user-written constructor.
-    A stdlib dataclass keeps its fields and options.
+    A stdlib dataclass keeps its fields, options and InitVar pseudo-fields (and its own
+    ``__init__`` when declared with ``init=False``). Field metadata
+    ``{"static": True}`` (equinox) or ``{"pytree_node": False}`` (flax, optree)
+    makes a field static.
 
     Args:
         cls: the class to promote.
@@ -97,14 +125,17 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
             "__doc__": original.__doc__,
         }
         if dataclasses.is_dataclass(original):
-            _from_stdlib_dataclass(original, ns)
-            adopted = False
+            adopted = _from_stdlib_dataclass(original, ns)
         else:
             annotations = dict(inspect.get_annotations(original))
             ns["__annotations__"] = annotations
             for attr in annotations:
                 if attr in original.__dict__:
-                    ns[attr] = original.__dict__[attr]
+                    value = original.__dict__[attr]
+                    if isinstance(value, dataclasses.Field):
+                        # dataclasses.field(...) / flax's field(pytree_node=False) on a plain class.
+                        value = _from_dataclasses_field(value)
+                    ns[attr] = value
             adopted = "__init__" in original.__dict__
             if adopted:
                 ns["__init__"] = original.__dict__["__init__"]
@@ -116,7 +147,7 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
             (original, Struct),
             ns,
             _adopted_init=adopted,
-            overwrite_parent_init=dataclasses.is_dataclass(original),
+            overwrite_parent_init=dataclasses.is_dataclass(original) and not adopted,
         )
         # The original's class attributes holding field() specs or defaults are now
         # fields of the struct; remove them so they cannot shadow instance values.

@@ -5,19 +5,22 @@ from __future__ import annotations
 import importlib
 import reprlib
 from collections import OrderedDict
+from types import MethodType
 from typing import Any, ClassVar, TypeVar
 
 import jax
 
 from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
-from ._compare import hash_fields, values_equal
-from ._errors import FrozenStructError, MissingDistributionError
+from ._compare import TracedLeaf, hash_fields, traced_comparison_message, values_equal
+from ._dataclass import DataclassFields, DataclassParams
+from ._errors import FrozenStructError, MissingDistributionError, TracedComparisonError
 from ._fields import MISSING, FieldKind, FieldSpec
 from ._layout import Layout
 from ._lifecycle import (
     SAFE_STATIC_TYPES,
     assign_arguments,
+    bound_method_message,
     building,
     check_static,
     finish,
@@ -87,6 +90,11 @@ class Struct(metaclass=StructMeta):
     _jaxstruct_flat = FlatForm()
     _jaxstruct_keyed = KeyedForm()
 
+    # The stdlib dataclass protocol (dataclasses.fields, replace, asdict, ...),
+    # built per class on first use (see _dataclass).
+    __dataclass_fields__: ClassVar[Any] = DataclassFields()
+    __dataclass_params__: ClassVar[Any] = DataclassParams()
+
     def __init__(self, /, *args: Any, **kwargs: Any) -> None:
         """Assign fields from arguments for any struct class (used by ``super().__init__``)."""
         layout = type(self).__dict__.get("__struct_layout__") or getattr(
@@ -96,9 +104,12 @@ class Struct(metaclass=StructMeta):
             if args or kwargs:
                 raise TypeError("Struct() takes no arguments; subclass it and declare fields")
             return
-        assign_arguments(self, layout, args, kwargs)
-        if id(self) not in building():
-            finish(self, layout)
+        if id(self) in building():
+            # A user's __init__ calling super().__init__(...) (the cooperative
+            # pattern of mixins): assign what is given, keep what is assigned.
+            assign_arguments(self, layout, args, kwargs, keep_assigned=True)
+            return
+        finish(self, layout, initvars=assign_arguments(self, layout, args, kwargs))
 
     __init__._jaxstruct_generated = True  # type: ignore[attr-defined]
 
@@ -115,7 +126,14 @@ class Struct(metaclass=StructMeta):
                 )
             if spec.converter is not None:
                 value = layout.convert(self, spec, value)
+            if type(value) is MethodType and value.__self__ is self:
+                raise FrozenStructError(bound_method_message(type(self), name))
             # The flattened form is rebuilt when construction finishes.
+            _osa(self, name, value)
+            return
+        if name == "__orig_class__":
+            # Set by ``A[int](...)`` on a generic struct (typing does it after
+            # __init__); it is no field, so JAX and == never see it.
             _osa(self, name, value)
             return
         raise FrozenStructError(
@@ -229,8 +247,11 @@ class Struct(metaclass=StructMeta):
         if type(other) is not type(self):
             return NotImplemented
         for name in type(self).__struct_layout__.compare_names:
-            if not values_equal(getattr(self, name), getattr(other, name)):
-                return False
+            try:
+                if not values_equal(getattr(self, name), getattr(other, name)):
+                    return False
+            except TracedLeaf:
+                raise TracedComparisonError(traced_comparison_message(type(self), name)) from None
         return True
 
     def __hash__(self) -> int:

@@ -37,9 +37,14 @@ def wrap_user_init(fn: Callable[..., None]) -> Callable[..., None]:
                 if spec.derived is None and spec.has_default:
                     _osa(self, spec.name, spec.make_default())
             fn(self, *args, **kwargs)
-            finish(self, layout)
+            # A class's own __init__ takes no InitVars: __post_init__ gets their defaults.
+            finish(self, layout, initvars=tuple(_default(v) for v in layout.initvars))
         finally:
             ids.discard(key)
 
     __init__._jaxstruct_user_init = True  # type: ignore[attr-defined]
     return __init__
+
+
+def _default(spec: Any) -> Any:
+    return spec.make_default() if spec.has_default else None
