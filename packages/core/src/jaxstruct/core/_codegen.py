@@ -160,7 +160,9 @@ def _compile_init(cls: type, layout: Layout) -> Any:
     init = _compile(cls, "__init__", signature, body, env)
     init.__doc__ = f"Create a {cls.__name__} from its fields."
     init.__annotations__ = {
-        **{spec.name: init_annotation(spec) for spec in layout.init_params},
+        # Resolved now (once per class): tools reading them (jaxtyping) cannot
+        # see the class's module from this generated function.
+        **{spec.name: resolve_hint(cls, init_annotation(spec)) for spec in layout.init_params},
         "return": None,
     }
     init._jaxstruct_generated = True
@@ -204,7 +206,7 @@ class LazySignature(inspect.Signature):
         self._js_cls = None
         real = inspect.signature(generate_init_for_signature(owner))
         params = [
-            p.replace(annotation=_resolve_hint(owner, p.annotation))
+            p.replace(annotation=resolve_hint(owner, p.annotation))
             for p in real.parameters.values()
         ]
         inspect.Signature.__init__(self, params, return_annotation=real.return_annotation)
@@ -226,7 +228,7 @@ def generate_init_for_signature(cls: type) -> Any:
     return layout.init_fn or generate_init(cls)
 
 
-def _resolve_hint(cls: type, hint: Any) -> Any:
+def resolve_hint(cls: type, hint: Any) -> Any:
     """Evaluate a string annotation in the module of ``cls``; leave it as is when that fails."""
     if not isinstance(hint, str):
         return hint

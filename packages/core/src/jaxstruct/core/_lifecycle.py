@@ -67,14 +67,14 @@ def check_static(cls: type, name: str, value: Any) -> None:
         ) from None
 
 
-def bound_method_message(cls: type, name: str) -> str:
+def bound_method_message(cls: type, name: str, method: str) -> str:
     """The error for storing a bound method of the instance being built in field ``name``."""
     return (
-        f"{cls.__qualname__}.{name}: storing a bound method of the instance itself "
-        f"(self.{name} = self.some_method) makes the struct refer to itself, which a pytree "
-        "cannot represent (jit, tree_map and unflatten would keep the old instance inside "
-        "the new one). Call the method where it is needed, or store the plain function "
-        f"(type(self).some_method) and pass the instance explicitly"
+        f"{cls.__qualname__}.{name}: self.{name} = self.{method} stores a bound method of the "
+        "instance itself, so the struct would refer to itself, which a pytree cannot "
+        "represent (after jit, tree_map or unflatten the field would still call the old "
+        f"instance). Call self.{method}(...) where it is needed, or store the plain function "
+        f"(type(self).{method}) and pass the instance when calling it"
     )
 
 

@@ -209,13 +209,16 @@ class StructMeta(abc.ABCMeta):
             return None
         import inspect
 
-        from ._codegen import generate_init_for_signature
+        from ._codegen import generate_init_for_signature, resolve_hint
 
         init = cls.__dict__.get("__init__")
         if init is None or getattr(init, "_jaxstruct_generated", False):
             init = generate_init_for_signature(cls) if init is not None else cls.__init__
         sig = inspect.signature(init)
-        params = list(sig.parameters.values())[1:]
+        params = [
+            p.replace(annotation=resolve_hint(cls, p.annotation))
+            for p in list(sig.parameters.values())[1:]
+        ]
         return sig.replace(parameters=params)
 
     def __setattr__(cls, name: str, value: Any) -> None:
@@ -300,7 +303,7 @@ def _head(annotation: str) -> str:
     return annotation.replace(" ", "").split("[", 1)[0].rpartition(".")[2]
 
 
-def _is_initvar(annotation: Any) -> bool:
+def is_initvar(annotation: Any) -> bool:
     """Whether an annotation is ``dataclasses.InitVar[...]`` (an argument, not a field)."""
     if isinstance(annotation, str):
         return _head(annotation) == "InitVar"
@@ -352,7 +355,7 @@ def _collect_own_fields(
                 "rename the field",
             )
         value = ns.pop(fname, MISSING)
-        if _is_initvar(annotation):
+        if is_initvar(annotation):
             spec = _initvar_spec(qual, fname, value)
         elif isinstance(value, FieldSpec):
             spec = value._copy()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from typing_extensions import dataclass_transform
 
 from ._fields import MISSING, FieldSpec, field
-from ._meta import StructMeta
+from ._meta import StructMeta, is_initvar
 from ._struct import Struct
 
 __all__ = ["dataclass", "register_class"]
@@ -58,7 +58,7 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
     for f in table.values():
         if f.name in regular:
             ns[f.name] = _from_dataclasses_field(f)
-        elif isinstance(f.type, dataclasses.InitVar) or f.type is dataclasses.InitVar:
+        elif is_initvar(f.type):
             if f.default is not dataclasses.MISSING:
                 ns[f.name] = f.default
         else:

@@ -14,7 +14,12 @@ from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
 from ._compare import TracedLeaf, hash_fields, traced_comparison_message, values_equal
 from ._dataclass import DataclassFields, DataclassParams
-from ._errors import FrozenStructError, MissingDistributionError, TracedComparisonError
+from ._errors import (
+    FrozenStructError,
+    MissingDistributionError,
+    TracedComparisonError,
+    ValidationError,
+)
 from ._fields import MISSING, FieldKind, FieldSpec
 from ._layout import Layout
 from ._lifecycle import (
@@ -127,7 +132,9 @@ class Struct(metaclass=StructMeta):
             if spec.converter is not None:
                 value = layout.convert(self, spec, value)
             if type(value) is MethodType and value.__self__ is self:
-                raise FrozenStructError(bound_method_message(type(self), name))
+                raise ValidationError(
+                    bound_method_message(type(self), name, value.__func__.__name__)
+                )
             # The flattened form is rebuilt when construction finishes.
             _osa(self, name, value)
             return
@@ -152,7 +159,9 @@ class Struct(metaclass=StructMeta):
 
         Converters run on the changed values; derived fields, ``__post_init__``,
         validators and ``__check_init__`` run as in construction. The user's own
-        ``__init__`` is not called.
+        ``__init__`` is not called. ``InitVar`` arguments are passed like fields
+        (``replace(x=1, flag=True)``) and reach ``__post_init__``; those not
+        given take their defaults, and one without a default must be given.
 
         Raises:
             TypeError: a name is not a field, or is a derived field.
@@ -171,6 +180,9 @@ class Struct(metaclass=StructMeta):
             # Compile the keyword-only replace of this class and use it from now on.
             return generate_replace(cls)(self, **changes)
         by_name = layout.by_name
+        initvars: tuple[Any, ...] = ()
+        if layout.initvars:
+            initvars = _initvar_values(cls, layout, changes)
         for name in changes:
             spec = by_name.get(name)
             if spec is None:
@@ -196,7 +208,7 @@ class Struct(metaclass=StructMeta):
                 if value is not MISSING:
                     _osa(new, name, value)
         if layout.has_hooks:
-            finish(new, layout)
+            finish(new, layout, initvars=initvars)
         else:
             for name in layout.static_checked:
                 if name in changes:
@@ -341,6 +353,22 @@ class Struct(metaclass=StructMeta):
 
 
 set_generic_replace(Struct.replace)
+
+
+def _initvar_values(cls: type, layout: Layout, changes: dict[str, Any]) -> tuple[Any, ...]:
+    """Take the InitVar arguments out of ``changes`` (defaults for those not given)."""
+    values: list[Any] = []
+    for spec in layout.initvars:
+        if spec.name in changes:
+            values.append(changes.pop(spec.name))
+        elif spec.has_default:
+            values.append(spec.make_default())
+        else:
+            raise TypeError(
+                f"{cls.__qualname__}.replace() needs the InitVar {spec.name!r}, which has no "
+                f"default: pass it ({spec.name}=...) as you would to the constructor"
+            )
+    return tuple(values)
 
 
 def _replace_is_ours(cls: type) -> bool:
