@@ -35,6 +35,7 @@ __all__ = [
 
 _osa = object.__setattr__
 _new = object.__new__
+_new_signature = inspect.Signature.__new__
 
 
 class _Factory:
@@ -61,7 +62,9 @@ def lazy_init(cls: type) -> Any:
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     __init__.__module__ = cls.__module__
     __init__._jaxstruct_generated = True  # type: ignore[attr-defined]
-    __init__.__signature__ = LazySignature.of(cls)  # type: ignore[attr-defined]
+    signature = _new_signature(LazySignature)
+    signature._js_cls = cls
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
     return __init__
 
 
@@ -187,17 +190,11 @@ class LazySignature(inspect.Signature):
     """
 
     __slots__ = ("_js_cls",)
+    _js_cls: type | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._js_cls = None
         super().__init__(*args, **kwargs)
-
-    @classmethod
-    def of(cls, struct_cls: type) -> LazySignature:
-        """Return a signature standing for ``struct_cls``'s constructor (nothing computed yet)."""
-        sig = cls.__new__(cls)
-        sig._js_cls = struct_cls
-        return sig
 
     def _js_load(self) -> None:
         owner = self._js_cls

@@ -173,7 +173,7 @@ class FieldSpec:
         self.derived = derived
         self.override = bool(override)
         self.initvar = False
-        if default is not MISSING:
+        if default is not MISSING and type(default).__hash__ is None:
             problem = mutable_default_problem(default)
             if problem:
                 problems.append(problem)

@@ -145,9 +145,9 @@ def finish(
 ) -> None:
     """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned).
 
-    ``__post_init__`` is looked up on the class now, not when the class was
-    created, so assigning a new one later takes effect; it receives the
-    ``InitVar`` values, in declaration order, after ``self``.
+    ``__post_init__`` is the class's current one (assigning a new one to a
+    struct class later takes effect); it receives the ``InitVar`` values, in
+    declaration order, after ``self``.
     """
     ids = BUILDING
     key = id(obj)
@@ -158,9 +158,14 @@ def finish(
         if layout.derived:
             compute_derived(obj, layout)
         if post_init:
-            hook = getattr(type(obj), "__post_init__", None)
+            # Kept current by StructMeta.__setattr__ when a class's hook is patched
+            # (a lookup on the class here would cost every construction).
+            hook = layout.post_init
             if hook is not None:
-                hook(obj, *initvars)
+                if initvars:
+                    hook(obj, *initvars)
+                else:
+                    hook(obj)
             # Derived fields run a second time even without __post_init__, as
             # the lifecycle promises (a derived callable may count its calls).
             if layout.derived:

@@ -139,7 +139,8 @@ class StructMeta(abc.ABCMeta):
             # The Struct base class itself.
             return super().__new__(mcls, name, bases, ns, **kwargs)
         qual = ns.get("__qualname__", name)
-        _check_class_keywords(qual, kwargs, frozen)
+        if kwargs or not frozen:
+            _check_class_keywords(qual, kwargs, frozen)
         inherited: dict[str, FieldSpec] = {}
         for base in reversed(bases):
             for klass in reversed(base.__mro__):
@@ -299,6 +300,9 @@ def _check_class_keywords(qual: str, kwargs: dict[str, Any], frozen: bool) -> No
             )
 
 
+_KW_ONLY = dataclasses.KW_ONLY
+
+
 def _head(annotation: str) -> str:
     return annotation.replace(" ", "").split("[", 1)[0].rpartition(".")[2]
 
@@ -339,7 +343,9 @@ def _collect_own_fields(
     for fname, annotation in annotations.items():
         if _is_classvar(annotation):
             continue
-        if _is_kw_only_marker(annotation):
+        # Plain classes (the common case) are neither InitVar nor KW_ONLY markers.
+        plain = type(annotation) is type and annotation is not _KW_ONLY
+        if not plain and _is_kw_only_marker(annotation):
             # ``_: KW_ONLY``: the fields after it are keyword-only (as in dataclasses).
             ns.pop(fname, None)
             kw_only = True
@@ -355,7 +361,7 @@ def _collect_own_fields(
                 "rename the field",
             )
         value = ns.pop(fname, MISSING)
-        if is_initvar(annotation):
+        if not plain and is_initvar(annotation):
             spec = _initvar_spec(qual, fname, value)
         elif isinstance(value, FieldSpec):
             spec = value._copy()
