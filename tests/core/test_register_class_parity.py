@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import jax
 import jaxstruct.core as js
@@ -88,3 +89,14 @@ def test_plain_class_with_dataclasses_field() -> None:
 
     assert Layer.static_fields() == ("size",)
     assert Layer(1.0).size == 2
+
+
+def test_register_class_kw_only() -> None:
+    """register_class(kw_only=True) makes the class's fields keyword-only."""
+
+    @js.register_class(kw_only=True)
+    class Opts:
+        a: int
+        b: int = 0
+
+    assert str(inspect.signature(Opts)) == "(*, a: int, b: int = 0) -> None"

@@ -76,9 +76,9 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
 @overload
 def register_class(cls: T, /) -> T: ...
 @overload
-def register_class(*, name: str | None = None) -> Callable[[T], T]: ...
+def register_class(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
 @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
-def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
+def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
     """Promote an existing class to a :class:`Struct` (decorator or direct call).
 
     Returns a new class whose bases are ``(cls, Struct)``: the original class
@@ -93,6 +93,7 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
     Args:
         cls: the class to promote.
         name: register (and name) the new class under this name instead.
+        kw_only: make the class's own fields keyword-only (as the class keyword does).
 
     Returns:
         The new struct class.
@@ -148,6 +149,7 @@ def register_class(cls: Any = None, /, *, name: str | None = None) -> Any:
             ns,
             _adopted_init=adopted,
             overwrite_parent_init=dataclasses.is_dataclass(original) and not adopted,
+            kw_only=kw_only,
         )
         # The original's class attributes holding field() specs or defaults are now
         # fields of the struct; remove them so they cannot shadow instance values.
@@ -171,9 +173,9 @@ if TYPE_CHECKING:
     @overload
     def dataclass(cls: T, /) -> T: ...
     @overload
-    def dataclass(*, name: str | None = None) -> Callable[[T], T]: ...
+    def dataclass(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
     @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
-    def dataclass(cls: Any = None, /, *, name: str | None = None) -> Any:
+    def dataclass(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
         """Alias of :func:`register_class`."""
 
 else:
