@@ -94,6 +94,24 @@ def test_at_equal_to_skips_arrays() -> None:
     assert js.select(tree).at_equal_to(0).get_keypaths() == ((DictKey("n"),),)
 
 
+def test_at_equal_to_looks_past_containers_of_arrays() -> None:
+    """A list holding arrays (whose == cannot give a bool) is not equal, and is looked into."""
+    tree = {"xs": [jnp.ones(2), 1], "ys": [1]}
+    assert js.select(tree).at_equal_to([1]).get_keypaths() == ((DictKey("ys"),),)
+    assert js.select(tree).at_equal_to(1).count() == 2
+
+
+def test_at_equal_to_works_under_jit() -> None:
+    """Traced leaves are skipped, so at_equal_to runs inside jit."""
+
+    @jax.jit
+    def f(tree: dict[str, object]) -> dict[str, object]:
+        return js.select(tree).at_equal_to(None).remove()
+
+    out = f({"xs": [jnp.ones(2), None, jnp.zeros(1)]})
+    assert [x.shape for x in out["xs"]] == [(2,), (1,)]
+
+
 def test_at_equal_to_refuses_an_array_value() -> None:
     """Looking for an array with at_equal_to is a SelectionError pointing elsewhere."""
     with pytest.raises(SelectionError, match="at_subtrees_where"):

@@ -120,7 +120,8 @@ class Traversal(SelectionBase[T]):
 
         Equality is Python's ``==`` (so ``1`` also matches ``1.0`` and
         ``True``); arrays are never compared (their ``==`` is elementwise),
-        and a comparison that does not give a bool counts as "not equal".
+        and a comparison that does not give a bool, or fails (a list holding
+        arrays), counts as "not equal" (its children are still looked at).
 
         Raises:
             SelectionError: ``value`` is an array; use ``at_subtrees_where``
@@ -140,7 +141,13 @@ class Traversal(SelectionBase[T]):
         def decide(rel: KeyPath, node: Any) -> int:
             if _is_array(node):
                 return DESCEND
-            result = node == value
+            try:
+                result = node == value
+            except (TypeError, ValueError):
+                # A container of arrays compared elementwise (``[x] == [1]`` asks
+                # for an array's truth value, a TypeError on tracers): undecided,
+                # so look inside instead.
+                return DESCEND
             if isinstance(result, bool | np.bool_) and bool(result):
                 return SELECT
             return DESCEND
