@@ -208,6 +208,13 @@ def test_apply_with_index_reconverts_whole_fields() -> None:
     assert isinstance(out.v, jax.Array)
 
 
+def test_fields_deep_in_containers_are_reconverted() -> None:
+    """Struct fields reached through dicts and lists are still found and re-converted."""
+    tree = {"blocks": [Scaled(v=0.0), Scaled(v=1.0)], "n": (Scaled(v=2.0),)}
+    out = js.select(tree).at_instances_of(Scaled).at(lambda s: s.v).set([5.0])
+    assert all(isinstance(s.v, jax.Array) for s in [*out["blocks"], *out["n"]])
+
+
 # -- structural edits (item 13) --------------------------------------------------------------
 
 

@@ -167,14 +167,16 @@ def fill(remainder: Any, items: Sequence[tuple[KeyPath, Any]]) -> Any:
     """
     filled = 0
 
-    def at(node: Any, path: KeyPath, t: Trie) -> Any:
+    def at(node: Any, _path: KeyPath, t: Trie) -> Any:
         nonlocal filled
-        if type(node) is SelectionHole and node.path == path:
+        path, value = t.value
+        # Holes normally carry the very tuple the selection stores: ``is`` first.
+        if type(node) is SelectionHole and (node.path is path or node.path == path):
             filled += 1
-            return t.value
+            return value
         return node
 
-    out = rebuild(remainder, (), Trie.build(items), at)
+    out = rebuild(remainder, (), Trie.build((p, (p, v)) for p, v in items), at)
     if filled == len(items):
         return out
     moved = relocate(remainder, [p for p, _ in items])
@@ -234,6 +236,13 @@ def child(node: Any, key: Any) -> Any:
     """Return the child of ``node`` at ``key``."""
     if isinstance(key, jax.tree_util.GetAttrKey) and isinstance(node, Struct):
         return getattr(node, key.name)
+    # Plain containers are indexed directly: flattening a 1,000-element list
+    # once per selected path made rebuilding quadratic.
+    if type(node) is dict and isinstance(key, jax.tree_util.DictKey) and key.key in node:
+        return node[key.key]
+    sequence = type(node) in (list, tuple) and isinstance(key, jax.tree_util.SequenceKey)
+    if sequence and 0 <= key.idx < len(node):
+        return node[key.idx]
     level = children(node)
     if level is not None:
         for k, value in level[0]:
