@@ -26,7 +26,8 @@ def _modules() -> list[str]:
         except ImportError:  # pragma: no cover - every layer is installed in the workspace
             continue
         names.append(package.__name__)
-        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        # walk_packages: private subpackages (core._select) hold docstrings too.
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             names.append(info.name)
     return names
 

@@ -216,3 +216,91 @@ def test_example_plugin_not_loaded_when_autoload_is_off(tmp_path: Path) -> None:
         text=True,
     )
     assert result.returncode != 0 and "SerializationError" in result.stderr
+
+
+# -- hooks pluggy would skip without a word (issue 11, item 17) ------------------------------
+
+
+def _empty_hook() -> Any:
+    """A fresh function returning no items (each marker test gets its own function object)."""
+
+    def hook() -> list[Any]:
+        return []
+
+    return hook
+
+
+def _registry_of(plugin: Any, name: str = "sloppy") -> PluginRegistry:
+    ep = FakeEntryPoint(name, FakeDist(f"dist-{name}"), plugin=plugin)
+    return PluginRegistry(entry_points=lambda: [ep], autoload=True)
+
+
+def test_misspelled_hook_is_an_error_naming_plugin_and_hook() -> None:
+    """A marked hook with a misspelled name is a PluginError naming plugin, hook and the fix."""
+    plugin = types.SimpleNamespace(jaxstruct_register_codec=hookimpl(_empty_hook()))
+    with pytest.raises(
+        PluginError,
+        match=r"'sloppy' from 'dist-sloppy' implements 'jaxstruct_register_codec'.*"
+        r"did you mean 'jaxstruct_register_codecs'",
+    ):
+        _registry_of(plugin).codecs
+
+
+def test_marked_function_with_a_foreign_name_is_an_error() -> None:
+    """A function with our marker and a name that is no hook at all is refused."""
+    plugin = types.SimpleNamespace(register_formats=hookimpl(_empty_hook()))
+    with pytest.raises(PluginError, match=r"'register_formats', which is not a jaxstruct.io hook"):
+        _registry_of(plugin).formats
+
+
+def test_hook_without_marker_is_an_error() -> None:
+    """A jaxstruct_* function without the hookimpl marker is refused, naming the decorator."""
+
+    def jaxstruct_register_codecs() -> list[Codec]:
+        return []
+
+    plugin = types.SimpleNamespace(jaxstruct_register_codecs=jaxstruct_register_codecs)
+    with pytest.raises(PluginError, match=r"has no hookimpl marker.*@jaxstruct.io.hookimpl"):
+        _registry_of(plugin).codecs
+
+
+def test_hook_with_another_projects_marker_is_an_error() -> None:
+    """A jaxstruct_* function marked with another project's hookimpl is refused, naming it."""
+    import pluggy
+
+    other = pluggy.HookimplMarker("pytest")
+    plugin = types.SimpleNamespace(jaxstruct_register_formats=other(_empty_hook()))
+    with pytest.raises(PluginError, match=r"marker of 'pytest' instead of jaxstruct's"):
+        _registry_of(plugin).formats
+
+
+def test_module_plugin_with_a_misspelled_hook_is_refused() -> None:
+    """Module plugins (the usual entry-point target) are checked the same way."""
+    module = types.ModuleType("jaxstruct_plugin_sloppy")
+    module.jaxstruct_register_format = hookimpl(_empty_hook())  # type: ignore[attr-defined]
+    with pytest.raises(PluginError, match="'jaxstruct_register_format'"):
+        _registry_of(module, "modplug").formats
+
+
+def test_hook_with_wrong_arguments_is_our_error() -> None:
+    """A hook whose arguments are not in the specification is a PluginError, not pluggy's."""
+    plugin = types.SimpleNamespace(jaxstruct_register_codecs=hookimpl(lambda config: []))
+    with pytest.raises(PluginError, match=r"'sloppy'.*does not fit its hook specification"):
+        _registry_of(plugin).codecs
+
+
+def test_refused_plugin_is_not_half_registered() -> None:
+    """A plugin refused for a bad hook leaves no registration behind."""
+    good = _codec_plugin("money")
+    good.jaxstruct_register_codec = hookimpl(_empty_hook())
+    reg = _registry_of(good)
+    with pytest.raises(PluginError):
+        reg.codecs
+    assert reg.manager.get_plugin("entrypoint:sloppy") is None
+
+
+def test_well_formed_plugin_with_helpers_is_accepted() -> None:
+    """Unmarked helpers without the hook prefix, and correct hooks, pass the check."""
+    plugin = _codec_plugin("money")
+    plugin.helper = lambda: None
+    assert "money" in _registry_of(plugin).codecs

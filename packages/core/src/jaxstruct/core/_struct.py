@@ -6,7 +6,7 @@ import importlib
 import reprlib
 from collections import OrderedDict
 from types import MethodType
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import jax
 
@@ -32,6 +32,11 @@ from ._lifecycle import (
 )
 from ._meta import StructMeta
 from ._repr import format_value
+
+if TYPE_CHECKING:
+    # Only for the annotation of Struct.select: at run time the method imports
+    # lazily, so _struct never imports _select (which builds on Struct).
+    from ._select import Selection
 
 __all__ = ["Struct"]
 
@@ -336,7 +341,7 @@ class Struct(metaclass=StructMeta):
         return _expect(cls, _io().load(path, **kwargs), f"checkpoint {str(path)!r}")
 
     # -- selection --------------------------------------------------------------------
-    def select(self) -> Any:
+    def select(self: S) -> Selection[S]:
         """Return a :class:`Selection` holding this instance (same as ``select(self)``).
 
         Example:

@@ -4,11 +4,18 @@ Built-in formats are a plugin like any other (registered without an entry
 point). Entry points of the ``jaxstruct.io`` group are loaded the first time a
 format or codec is needed, once per process, unless the environment variable
 ``JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD`` is set to a non-empty value.
+
+An entry-point plugin whose hook would silently never run is refused with a
+:class:`PluginError` naming the plugin and the hook: a function marked with
+:data:`hookimpl` under a name that is not a hook (a misspelling), or a
+``jaxstruct_*`` function without our marker (none, or another project's).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
+import inspect
 import os
 import sys
 import threading
@@ -39,6 +46,17 @@ BUILTIN = "jaxstruct-io (built-in)"
 _RUNTIME = "runtime registration: "
 
 hookimpl = pluggy.HookimplMarker("jaxstruct")
+
+_PROJECT = "jaxstruct"
+_HOOK_PREFIX = "jaxstruct_"
+#: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
+_HOOK_NAMES = tuple(
+    sorted(
+        name
+        for name, value in vars(hookspecs).items()
+        if name.startswith(_HOOK_PREFIX) and hasattr(value, f"{_PROJECT}_spec")
+    )
+)
 
 
 class PluginError(StructError, RuntimeError):
@@ -147,7 +165,15 @@ class PluginRegistry:
                     f"jaxstruct.io plugin {ep.name!r} from {source!r} is registered twice; "
                     "each entry point name must be unique"
                 )
-            self.manager.register(plugin, name=name)
+            _check_hooks(plugin, ep.name, source)
+            try:
+                self.manager.register(plugin, name=name)
+            except pluggy.PluginValidationError as err:
+                raise PluginError(
+                    f"jaxstruct.io plugin {ep.name!r} from {source!r} has a hook implementation "
+                    f"that does not fit its hook specification: {err}; its arguments must be "
+                    "named as in jaxstruct.io.hookspecs (or taken away)"
+                ) from None
             self._sources[name] = source
 
     def _collect(self, plugin: Any, plugin_name: str, source: str) -> None:
@@ -247,6 +273,57 @@ class PluginRegistry:
         self._ensure()
         entry = self._codecs.get(name)
         return entry[0] if entry else None
+
+
+def _impl_markers(function: Any) -> list[str]:
+    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
+    found = []
+    for attr, value in getattr(function, "__dict__", {}).items():
+        if attr.endswith("_impl") and isinstance(value, dict):
+            found.append(attr[: -len("_impl")])
+    return sorted(found)
+
+
+def _check_hooks(plugin: Any, ep_name: str, source: str) -> None:
+    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
+
+    pluggy registers a marked function under any name (an unknown hook only
+    shows up in ``check_pending``) and ignores a ``jaxstruct_*`` function that
+    lacks our marker; either way the plugin's author would never learn that
+    the hook does not run.
+
+    Raises:
+        PluginError: naming the plugin, its distribution and the hook.
+    """
+    who = f"jaxstruct.io plugin {ep_name!r} from {source!r}"
+    hooks = ", ".join(_HOOK_NAMES)
+    for name in dir(plugin):
+        try:
+            function = getattr(plugin, name)
+        except Exception:  # a property that fails; pluggy skips those too
+            continue
+        if not inspect.isroutine(function):
+            continue
+        markers = _impl_markers(function)
+        if _PROJECT in markers:
+            if name not in _HOOK_NAMES:
+                close = difflib.get_close_matches(name, _HOOK_NAMES, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise PluginError(
+                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
+                    f"rename it to one of: {hooks}"
+                )
+        elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
+            what = (
+                f"carries the hookimpl marker of {', '.join(map(repr, markers))} instead of "
+                "jaxstruct's"
+                if markers
+                else "has no hookimpl marker"
+            )
+            raise PluginError(
+                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
+                "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
+            )
 
 
 _registry: PluginRegistry | None = None

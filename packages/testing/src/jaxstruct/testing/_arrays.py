@@ -7,6 +7,7 @@ the fields of one instance (so a runtime type checker accepts the draw).
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "ArrayRequest",
     "array_request",
     "arrays_for",
+    "floats_of_width",
     "is_array_annotation",
     "jax_dtypes_ok",
 ]
@@ -158,11 +160,33 @@ def _shape(
     return tuple(shape)
 
 
+def floats_of_width(width: int, *, allow_nan: bool = True) -> st.SearchStrategy[float]:
+    """Floats exactly representable in ``width`` bits, infinities included, drawn without rejection.
+
+    ``st.floats(width=32)`` draws a 64-bit float and rejects it when it
+    overflows the width, which was most of the rejected draws of
+    ``structs()``; finite bounds at the width's largest value avoid that.
+
+    Example:
+        >>> import numpy as np
+        >>> from hypothesis import find
+        >>> x = find(floats_of_width(16), lambda x: 60000 < x < float("inf"))
+        >>> float(np.float16(x)) == x
+        True
+    """
+    big = float(np.finfo(f"float{width}").max)
+    special = [math.inf, -math.inf, *([math.nan] if allow_nan else [])]
+    return st.floats(
+        min_value=-big,
+        max_value=big,
+        width=width,  # type: ignore[arg-type]
+    ) | st.sampled_from(special)
+
+
 def _elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
     if dtype.kind == "f":
         # Any bit pattern of the width (NaNs, infinities, subnormals) is fair game.
-        width: Any = 8 * dtype.itemsize
-        return st.floats(width=width)
+        return floats_of_width(8 * dtype.itemsize)
     return None
 
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from jaxstruct.core import FieldKind, FieldSpec
 
-from ._arrays import DEFAULT_DTYPES, ArrayRequest, array_request, arrays_for
+from ._arrays import DEFAULT_DTYPES, ArrayRequest, array_request, arrays_for, floats_of_width
+from ._constraints import annotated_bounds, converter_input, narrowed
 
 __all__ = ["hashable_values", "structs", "value_strategy"]
 
@@ -49,7 +50,7 @@ def hashable_values() -> st.SearchStrategy[Any]:
 def _node_leaves(sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
     leaves = (
         arrays_for(_any_array(), sizes)
-        | st.floats(allow_nan=False, width=32)
+        | floats_of_width(32, allow_nan=False)
         | st.integers(-(2**31), 2**31 - 1)
     )
     return st.recursive(
@@ -67,13 +68,35 @@ def _any_array() -> ArrayRequest:
     return ArrayRequest("any", DEFAULT_DTYPES, None)
 
 
+def _real(request: ArrayRequest) -> ArrayRequest:
+    """The request without complex dtypes, unless it asks for nothing else."""
+    dtypes = tuple(d for d in request.dtypes if not d.startswith("complex"))
+    return ArrayRequest(request.kind, dtypes, request.dims) if dtypes else request
+
+
+def _converter_leaves(sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values for an unannotated field with a converter: real array-likes, never containers."""
+    return (
+        arrays_for(_real(_any_array()), sizes)
+        | floats_of_width(32, allow_nan=False)
+        | st.integers(-(2**31), 2**31 - 1)
+    )
+
+
 def value_strategy(
-    annotation: Any, *, kind: FieldKind = FieldKind.NODE, sizes: dict[str, Any] | None = None
+    annotation: Any,
+    *,
+    kind: FieldKind = FieldKind.NODE,
+    sizes: dict[str, Any] | None = None,
+    real: bool = False,
 ) -> st.SearchStrategy[Any] | None:
     """Return a strategy for values of ``annotation`` in a field of ``kind``, or ``None``.
 
     ``None`` means the annotation says nothing usable (``object``, ``Any``, no
-    annotation); callers then fall back to a default for the kind.
+    annotation); callers then fall back to a default for the kind. With
+    ``real``, arrays whose dtype the annotation leaves open are not complex
+    (used for values a converter will cast). ``Annotated[int, Ge(0)]``-style
+    metadata (``gt``/``ge``/``lt``/``le`` attributes) bounds numbers.
     """
     sizes = {} if sizes is None else sizes
     if annotation is None or annotation is typing.Any or annotation is object:
@@ -82,7 +105,7 @@ def value_strategy(
         return None
     request = array_request(annotation)
     if request is not None:
-        return arrays_for(request, sizes)
+        return arrays_for(_real(request) if real else request, sizes)
     if annotation in _SCALARS:
         return _SCALARS[annotation]()
     if isinstance(annotation, type):
@@ -95,16 +118,19 @@ def value_strategy(
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        return value_strategy(args[0], kind=kind, sizes=sizes)
+        bounded = annotated_bounds(args[0], tuple(getattr(annotation, "__metadata__", ())))
+        if bounded is not None:
+            return bounded
+        return value_strategy(args[0], kind=kind, sizes=sizes, real=real)
     if origin is typing.Literal:
         return st.sampled_from(args)
     if origin is typing.Union or origin is types.UnionType:
-        parts = [value_strategy(a, kind=kind, sizes=sizes) for a in args]
+        parts = [value_strategy(a, kind=kind, sizes=sizes, real=real) for a in args]
         if any(p is None for p in parts):
             return None
         return st.one_of(*typing.cast(list[st.SearchStrategy[Any]], parts))
     if origin in (list, tuple, dict, set, frozenset) or annotation in (list, tuple, dict):
-        return _container(origin or annotation, args, kind, sizes)
+        return _container(origin or annotation, args, kind, sizes, real)
     if isinstance(annotation, type):
         try:
             return st.from_type(annotation)
@@ -114,10 +140,10 @@ def value_strategy(
 
 
 def _container(
-    origin: Any, args: tuple[Any, ...], kind: FieldKind, sizes: dict[str, Any]
+    origin: Any, args: tuple[Any, ...], kind: FieldKind, sizes: dict[str, Any], real: bool
 ) -> st.SearchStrategy[Any]:
     def item(a: Any) -> st.SearchStrategy[Any]:
-        found = value_strategy(a, kind=kind, sizes=sizes)
+        found = value_strategy(a, kind=kind, sizes=sizes, real=real)
         return found if found is not None else _default_for(kind, sizes)
 
     if origin is tuple:
@@ -208,12 +234,25 @@ def _concrete_subclasses(cls: type) -> list[type]:
 def _field_strategy(
     cls: type, spec: FieldSpec, annotation: Any, sizes: dict[str, Any]
 ) -> st.SearchStrategy[Any]:
-    found = value_strategy(annotation, kind=spec.kind, sizes=sizes)
+    converted = spec.converter is not None
+    found = None
+    accepts = converter_input(spec)
+    if accepts is not None:
+        # Draw what the converter takes, not what it returns.
+        found = value_strategy(accepts, kind=spec.kind, sizes=sizes)
     if found is None:
-        found = _default_for(spec.kind, sizes)
-    if spec.kind is FieldKind.STATIC:
+        accepts = annotation
+        found = value_strategy(annotation, kind=spec.kind, sizes=sizes, real=converted)
+    if found is None:
+        if converted and spec.kind is FieldKind.NODE:
+            found = _converter_leaves(sizes)
+        else:
+            found = _default_for(spec.kind, sizes)
+    static = spec.kind is FieldKind.STATIC
+    if static and not converted:
         found = found.filter(_is_hashable)
-    return found
+    # With a converter, it is the converted value that must be hashable.
+    return narrowed(spec, found, accepts, hashable=static and converted)
 
 
 def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -222,10 +261,14 @@ def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.Search
     Field values come from the annotations: arrays (NumPy or JAX, dtypes and
     shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations), nested
     structs, containers, scalars, enums and literals; static fields only get
-    hashable values; fields with a default sometimes keep it. Converters and
-    validators run as in normal construction, and draws they reject are
-    discarded (never raised). An abstract class draws from its concrete
-    subclasses.
+    hashable values; fields with a default sometimes keep it. Values are
+    made valid field by field where the declaration allows: bounds in
+    ``Annotated`` metadata, comparisons in one-argument validators (read by
+    Hypothesis' filter rewriting), a converter's annotated input type, and no
+    complex arrays for converters. Construction then runs converters and
+    validators as usual; a draw still refused (by a validator that takes the
+    instance, ``__post_init__`` or a check) is discarded, never raised. An
+    abstract class draws from its concrete subclasses.
 
     Args:
         cls: the struct class.
