@@ -38,6 +38,7 @@ from ._introspect import (
 from ._meta import StructMeta, class_options
 from ._optree import optree_namespace, set_optree_namespace
 from ._register import dataclass, register_class
+from ._repr import pformat
 from ._select import Selection, SelectionError, SelectionHole, select, tree_at
 from ._struct import Struct
 from ._typecheck import check_types
@@ -74,6 +75,7 @@ __all__ = [
     "node_fields",
     "opaque_fields",
     "optree_namespace",
+    "pformat",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import reprlib
 from collections import OrderedDict
 from typing import Any, ClassVar, TypeVar
 
@@ -23,7 +22,7 @@ from ._lifecycle import (
     finish,
 )
 from ._meta import StructMeta
-from ._repr import format_value
+from ._repr import struct_repr
 
 __all__ = ["Struct"]
 
@@ -217,11 +216,29 @@ class Struct(metaclass=StructMeta):
         return self
 
     # -- protocol ---------------------------------------------------------------------
-    @reprlib.recursive_repr()
     def __repr__(self) -> str:
-        layout = type(self).__struct_layout__
-        parts = (f"{n}={format_value(getattr(self, n, MISSING))}" for n in layout.repr_names)
-        return f"{type(self).__name__}({', '.join(parts)})"
+        # One line when it fits 80 columns, broken with indentation otherwise (see _repr).
+        return struct_repr(self)
+
+    __repr__._jaxstruct_repr = True  # type: ignore[attr-defined]
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython/Jupyter display: the multi-line :func:`pformat` form."""
+        from ._display import ipython_pretty
+
+        ipython_pretty(self, p, cycle)
+
+    def __rich_repr__(self) -> Any:
+        """rich display: fields by name, arrays as summaries (``float32[3]``)."""
+        from ._display import rich_fields
+
+        return rich_fields(self)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
+        """treescope display: fields one per line, static and opaque ones marked."""
+        from ._treescope import render_struct
+
+        return render_struct(self, path, subtree_renderer)
 
     def __eq__(self, other: object) -> bool:
         if other is self:

@@ -1,0 +1,68 @@
+"""IPython and rich integration: both show the multi-line form with array summaries.
+
+Neither library is imported here: IPython hands us its printer, rich reads
+what ``__rich_repr__`` yields, so importing ``jaxstruct.core`` stays free of
+both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ._repr import pformat, summarize_array
+
+__all__ = ["ipython_pretty", "rich_fields"]
+
+
+def ipython_pretty(obj: Any, p: Any, cycle: bool) -> None:
+    """Write ``obj`` to IPython's pretty printer ``p`` in the :func:`pformat` layout."""
+    if cycle:
+        p.text(f"{type(obj).__name__}(...)")
+        return
+    # Lines after the first are indented by the printer's own nesting level
+    # (``break_`` adds it), so a struct inside an IPython-printed list stays aligned.
+    width = max(p.max_width - p.indentation, 20)
+    first, *rest = pformat(obj, width=width).split("\n")
+    p.text(first)
+    for line in rest:
+        p.break_()
+        p.text(line)
+
+
+class _Shown:
+    """A value rich prints verbatim (``repr`` is the given text)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _for_rich(value: Any, path: set[int]) -> Any:
+    summary = summarize_array(value)
+    if summary is not None:
+        return _Shown(summary)
+    kind = type(value)
+    # Rebuild only the containers rich itself walks, so arrays inside them
+    # are summarised too; structs keep their own __rich_repr__.
+    if kind is not list and kind is not tuple and kind is not dict:
+        return value
+    if id(value) in path:
+        return _Shown({list: "[...]", tuple: "(...)", dict: "{...}"}[kind])
+    path.add(id(value))
+    if kind is dict:
+        out: Any = {k: _for_rich(v, path) for k, v in value.items()}
+    else:
+        out = kind(_for_rich(v, path) for v in value)
+    path.discard(id(value))
+    return out
+
+
+def rich_fields(obj: Any) -> Iterator[tuple[str, Any]]:
+    """Yield ``(name, value)`` for each shown field of a struct, for ``__rich_repr__``."""
+    for name in type(obj).__struct_layout__.repr_names:
+        yield name, _for_rich(getattr(obj, name), set())
