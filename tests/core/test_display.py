@@ -312,3 +312,12 @@ def test_importing_core_does_not_import_display_libraries() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_pretty_printing_a_struct_class_shows_the_class() -> None:
+    """Pretty printers that call _repr_pretty_ on a class object get the class repr."""
+    from hypothesis.vendor.pretty import pretty as hypothesis_pretty
+    from IPython.lib.pretty import pretty
+
+    assert hypothesis_pretty(Linear) == repr(Linear)
+    assert pretty(Linear) == f"{Linear.__module__}.{Linear.__qualname__}"  # IPython's own

@@ -25,6 +25,7 @@ from ._errors import (
     StructDefinitionError,
     ValidationError,
 )
+from ._explain import Change, Recompile, explain_recompiles
 from ._fields import MISSING, FieldKind, FieldSpec, field
 from ._introspect import (
     build,
@@ -45,12 +46,14 @@ from ._typecheck import check_types
 
 __all__ = [
     "MISSING",
+    "Change",
     "ClassReferenceError",
     "FieldKind",
     "FieldSpec",
     "FrozenStructError",
     "MissingDistributionError",
     "PytreeSpec",
+    "Recompile",
     "RegistrationError",
     "Selection",
     "SelectionError",
@@ -67,6 +70,7 @@ __all__ = [
     "class_ref",
     "dataclass",
     "derived_fields",
+    "explain_recompiles",
     "field",
     "fields",
     "is_registered_pytree_type",

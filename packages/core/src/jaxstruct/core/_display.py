@@ -7,12 +7,13 @@ both.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 from ._repr import pformat, summarize_array
 
-__all__ = ["ipython_pretty", "rich_fields"]
+__all__ = ["PrettyHook", "ipython_pretty", "rich_fields"]
 
 
 def ipython_pretty(obj: Any, p: Any, cycle: bool) -> None:
@@ -28,6 +29,29 @@ def ipython_pretty(obj: Any, p: Any, cycle: bool) -> None:
     for line in rest:
         p.break_()
         p.text(line)
+
+
+class PrettyHook:
+    """The ``_repr_pretty_`` attribute: a method on instances, harmless on the class.
+
+    IPython looks it up on the class and calls ``meth(obj, p, cycle)``; other
+    printers (Hypothesis's copy of IPython's) call ``obj._repr_pretty_(p,
+    cycle)`` on whatever they print, struct classes included. A plain method
+    would fail the second way, so the class-level lookup returns a callable
+    that handles both.
+    """
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is not None:
+            return functools.partial(ipython_pretty, obj)
+        return functools.partial(_pretty_from_class, cls)
+
+
+def _pretty_from_class(cls: type, *args: Any) -> None:
+    if len(args) == 3:  # IPython: cls._repr_pretty_(obj, p, cycle)
+        ipython_pretty(*args)
+    else:  # a printer printing the class object itself
+        args[0].text(repr(cls))
 
 
 class _Shown:

@@ -11,6 +11,7 @@ import jax
 from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
 from ._compare import hash_fields, values_equal
+from ._display import PrettyHook, rich_fields
 from ._errors import FrozenStructError, MissingDistributionError
 from ._fields import MISSING, FieldKind, FieldSpec
 from ._layout import Layout
@@ -222,16 +223,11 @@ class Struct(metaclass=StructMeta):
 
     __repr__._jaxstruct_repr = True  # type: ignore[attr-defined]
 
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        """IPython/Jupyter display: the multi-line :func:`pformat` form."""
-        from ._display import ipython_pretty
-
-        ipython_pretty(self, p, cycle)
+    # IPython/Jupyter display: the multi-line pformat form.
+    _repr_pretty_ = PrettyHook()
 
     def __rich_repr__(self) -> Any:
         """rich display: fields by name, arrays as summaries (``float32[3]``)."""
-        from ._display import rich_fields
-
         return rich_fields(self)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
