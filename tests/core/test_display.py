@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +68,11 @@ def test_numpy_scalar_is_not_summarised() -> None:
     assert js.pformat(np.float32(1.5)) == repr(np.float32(1.5))
 
 
+class AdamState(NamedTuple):
+    count: Any
+    mu: Any
+
+
 # -- pformat ---------------------------------------------------------------------------
 
 
@@ -118,6 +124,27 @@ def test_pformat_dicts_and_tuples() -> None:
     assert js.pformat({"a": 1, "bb": [1, 2]}, width=10) == (
         "{\n    'a': 1,\n    'bb': [\n        1,\n        2,\n    ],\n}"
     )
+
+
+def test_pformat_named_tuple_fields_and_summaries() -> None:
+    """A named tuple (an optimizer state) prints by field, arrays summarised, and breaks."""
+    state = AdamState(jnp.zeros((), jnp.int32), {"w": jnp.ones(3)})
+    assert js.pformat(state) == "AdamState(count=int32[], mu={'w': float32[3]})"
+    assert js.pformat(state, width=28) == (
+        "AdamState(\n    count=int32[],\n    mu={'w': float32[3]},\n)"
+    )
+
+
+def test_pformat_keeps_named_tuple_custom_repr() -> None:
+    """A named tuple class with its own __repr__ is printed with it."""
+
+    class Point(NamedTuple):
+        x: int
+
+        def __repr__(self) -> str:
+            return "<point>"
+
+    assert js.pformat([Point(1)]) == "[<point>]"
 
 
 def test_pformat_custom_indent() -> None:
@@ -230,6 +257,16 @@ def test_rich_pretty_repr_one_line_with_summaries() -> None:
 
     layer = Linear(jnp.ones(2), {"k": [np.zeros(3)]})
     assert pretty_repr(layer) == "Linear(w=float32[2], b={'k': [np.float64[3]]}, act='relu')"
+
+
+def test_rich_summarises_arrays_in_named_tuples() -> None:
+    """rich shows arrays inside a named tuple field as summaries."""
+    from rich.pretty import pretty_repr
+
+    layer = Linear(AdamState(jnp.zeros(()), jnp.ones(2)), None)
+    assert pretty_repr(layer) == (
+        "Linear(w=AdamState(count=float32[], mu=float32[2]), b=None, act='relu')"
+    )
 
 
 def test_rich_pretty_repr_breaks_lines() -> None:

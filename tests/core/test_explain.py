@@ -80,6 +80,16 @@ def test_shape_change_names_leaf_path() -> None:
     assert _lines(reports) == ["state.params['w'] (in State.params): float32[2] -> float32[3]"]
 
 
+def test_array_field_shape_change_names_the_field() -> None:
+    """An array held directly by a field is reported as that node field."""
+    step = js.explain_recompiles(jax.jit(lambda layer: layer.w), on_recompile=lambda r: None)
+    step(Layer(jnp.ones(2)))
+    step(Layer(jnp.ones(5)))
+    assert [str(c) for r in step.recompiles for c in r.changes] == [
+        "layer.w: node field Layer.w changed float32[2] -> float32[5]"
+    ]
+
+
 def test_dtype_change_is_reported() -> None:
     """A changed dtype is reported at its leaf path."""
     step, reports = _watch()

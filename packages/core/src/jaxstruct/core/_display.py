@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+from ._repr import is_namedtuple as _is_namedtuple
 from ._repr import pformat, summarize_array
 
 __all__ = ["PrettyHook", "ipython_pretty", "rich_fields"]
@@ -70,18 +71,22 @@ def _for_rich(value: Any, path: set[int]) -> Any:
     summary = summarize_array(value)
     if summary is not None:
         return _Shown(summary)
-    kind = type(value)
+    kind: Any = type(value)
     # Rebuild only the containers rich itself walks, so arrays inside them
     # are summarised too; structs keep their own __rich_repr__.
-    if kind is not list and kind is not tuple and kind is not dict:
+    if kind is dict or kind is list or kind is tuple:
+        rebuild: Any = kind
+    elif issubclass(kind, tuple) and _is_namedtuple(kind):
+        rebuild = kind._make  # pyright: ignore[reportAttributeAccessIssue] - a named tuple
+    else:
         return value
     if id(value) in path:
-        return _Shown({list: "[...]", tuple: "(...)", dict: "{...}"}[kind])
+        return _Shown({list: "[...]", dict: "{...}"}.get(kind, "(...)"))
     path.add(id(value))
     if kind is dict:
-        out: Any = {k: _for_rich(v, path) for k, v in value.items()}
+        out = {k: _for_rich(v, path) for k, v in value.items()}
     else:
-        out = kind(_for_rich(v, path) for v in value)
+        out = rebuild(_for_rich(v, path) for v in value)
     path.discard(id(value))
     return out
 

@@ -103,8 +103,11 @@ class Change:
                 f"({self.old} -> {self.new}); opaque fields are compared by identity"
             )
         if self.kind == "leaf":
-            inside = f" (in {where})" if where is not None else ""
-            return f"{self.path}{inside}: {self.old} -> {self.new}"
+            if where is None:
+                return f"{self.path}: {self.old} -> {self.new}"
+            if self.path.endswith(f".{self.field}"):  # the field itself is the array
+                return f"{self.path}: node field {where} changed {self.old} -> {self.new}"
+            return f"{self.path} (in {where}): {self.old} -> {self.new}"
         if self.kind == "value":
             return (
                 f"{self.path}: value {self.old} -> {self.new} "

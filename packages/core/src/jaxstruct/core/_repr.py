@@ -130,7 +130,23 @@ def _doc(value: Any, path: set[int]) -> str | _Group:
         if kind is tuple and len(value) == 1:
             group.flat = group.flat[:-1] + ",)"
         return group
+    if isinstance(value, tuple) and is_namedtuple(kind):
+        # Optimizer states (optax) are named tuples of arrays: summarise those too.
+        if id(value) in path:
+            return f"{kind.__name__}(...)"
+        path.add(id(value))
+        items = [(f"{n}=", _doc(v, path)) for n, v in zip(kind._fields, value, strict=True)]  # type: ignore[attr-defined]
+        path.discard(id(value))
+        return _group(f"{kind.__name__}(", items, ")") if items else f"{kind.__name__}()"
     return repr(value)
+
+
+def is_namedtuple(kind: type) -> bool:
+    """Whether ``kind`` is a named tuple class that kept the generated ``__repr__``."""
+    return (
+        isinstance(getattr(kind, "_fields", None), tuple)
+        and getattr(kind.__repr__, "__module__", None) == "collections"
+    )
 
 
 def _group(opener: str, items: list[tuple[str, Any]], closer: str) -> _Group:
@@ -176,7 +192,7 @@ class _Printer:
 def pformat(obj: Any, *, width: int = REPR_WIDTH, indent: int = 4) -> str:
     """Return a readable, width-aware text form of ``obj``.
 
-        Structs (those using the library's repr), lists, tuples and dicts are
+        Structs (those using the library's repr), lists, tuples, named tuples and dicts are
         laid out on one line when they fit in ``width`` columns; otherwise they
         break, one item per line, ``indent`` columns deeper, each followed by a
         comma. Arrays print as summaries: ``float32[4,3]`` for a JAX array,
