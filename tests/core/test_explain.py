@@ -212,6 +212,15 @@ def test_static_argnums_value_change_is_reported_as_value() -> None:
     assert (change.path, change.kind, change.old, change.new) == ("n", "value", "2", "3")
 
 
+def test_plain_values_are_left_out_when_a_struct_change_explains() -> None:
+    """A changed non-static Python scalar is not listed when a static field explains it."""
+    reports: list[js.Recompile] = []
+    f = js.explain_recompiles(jax.jit(lambda s, x: x * s.opt.lr), on_recompile=reports.append)
+    f(_state(), 1.0)
+    f(_state(lr=0.5), 2.0)
+    assert _lines(reports) == ["s.opt.lr: static field Adam.lr changed 0.1 -> 0.5"]
+
+
 def test_namedtuple_leaf_path_uses_attribute_keys() -> None:
     """Inside another pytree node, the leaf path uses JAX's key path."""
 

@@ -337,6 +337,10 @@ def _wrap(fn: Callable[..., Any], on_recompile: Callable[[Recompile], None] | No
         if not best and not traced:
             return  # a new dispatch entry for the same compiled program
         state[0] += 1
+        if any(c.kind != "value" for c in best):
+            # Plain values change on every call for non-static arguments; they
+            # explain a recompile only when nothing else does.
+            best = [c for c in best if c.kind != "value"]
         if not best:
             best = [Change("(arguments)", "none", None, None, "", "")]
         else:
