@@ -25,8 +25,8 @@ def test_repr_summarises_jax_array() -> None:
 
 
 def test_repr_summarises_numpy_array() -> None:
-    """repr shows a NumPy array as dtype[shape]."""
-    assert repr(Inner(np.zeros(2, np.int64))) == "Inner(w=int64[2], tag='t')"
+    """repr shows a NumPy array as np.dtype[shape], told apart from a JAX array."""
+    assert repr(Inner(np.zeros(2, np.int64))) == "Inner(w=np.int64[2], tag='t')"
 
 
 def test_repr_scalar_array() -> None:
@@ -46,7 +46,7 @@ def test_repr_nested_struct() -> None:
 
 
 def test_repr_under_jit_shows_tracer_summary() -> None:
-    """Inside jit, a traced field shows as dtype[shape]."""
+    """Inside jit, a traced field shows as Traced<dtype[shape]>."""
     seen: list[str] = []
 
     @jax.jit
@@ -55,7 +55,7 @@ def test_repr_under_jit_shows_tracer_summary() -> None:
         return s.w
 
     f(Inner(jnp.ones((2, 2))))
-    assert seen == ["Inner(w=float32[2,2], tag='t')"]
+    assert seen == ["Inner(w=Traced<float32[2,2]>, tag='t')"]
 
 
 def test_repr_of_recursive_value_does_not_loop() -> None:

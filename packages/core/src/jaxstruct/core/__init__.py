@@ -27,6 +27,7 @@ from ._errors import (
     TracedComparisonError,
     ValidationError,
 )
+from ._explain import Change, Recompile, explain_recompiles
 from ._fields import MISSING, FieldKind, FieldSpec, field
 from ._introspect import (
     build,
@@ -40,18 +41,21 @@ from ._introspect import (
 from ._meta import StructMeta, class_options
 from ._optree import optree_namespace, set_optree_namespace
 from ._register import dataclass, register_class
+from ._repr import pformat
 from ._select import Selection, SelectionError, SelectionHole, select, tree_at
 from ._struct import Struct
 from ._typecheck import check_types
 
 __all__ = [
     "MISSING",
+    "Change",
     "ClassReferenceError",
     "FieldKind",
     "FieldSpec",
     "FrozenStructError",
     "MissingDistributionError",
     "PytreeSpec",
+    "Recompile",
     "RegistrationError",
     "Selection",
     "SelectionError",
@@ -69,6 +73,7 @@ __all__ = [
     "class_ref",
     "dataclass",
     "derived_fields",
+    "explain_recompiles",
     "field",
     "fields",
     "is_registered_pytree_type",
@@ -77,6 +82,7 @@ __all__ = [
     "node_fields",
     "opaque_fields",
     "optree_namespace",
+    "pformat",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",

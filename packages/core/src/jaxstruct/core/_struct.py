@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import reprlib
 from collections import OrderedDict
 from types import MethodType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -14,6 +13,7 @@ from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
 from ._compare import TracedLeaf, hash_fields, traced_comparison_message, values_equal
 from ._dataclass import DataclassFields, DataclassParams
+from ._display import PrettyHook, rich_fields
 from ._errors import (
     FrozenStructError,
     MissingDistributionError,
@@ -31,7 +31,7 @@ from ._lifecycle import (
     finish,
 )
 from ._meta import StructMeta
-from ._repr import format_value
+from ._repr import struct_repr
 
 if TYPE_CHECKING:
     # Only for the annotation of Struct.select: at run time the method imports
@@ -252,11 +252,24 @@ class Struct(metaclass=StructMeta):
         return self
 
     # -- protocol ---------------------------------------------------------------------
-    @reprlib.recursive_repr()
     def __repr__(self) -> str:
-        layout = type(self).__struct_layout__
-        parts = (f"{n}={format_value(getattr(self, n, MISSING))}" for n in layout.repr_names)
-        return f"{type(self).__name__}({', '.join(parts)})"
+        # One line when it fits 80 columns, broken with indentation otherwise (see _repr).
+        return struct_repr(self)
+
+    __repr__._jaxstruct_repr = True  # type: ignore[attr-defined]
+
+    # IPython/Jupyter display: the multi-line pformat form.
+    _repr_pretty_ = PrettyHook()
+
+    def __rich_repr__(self) -> Any:
+        """rich display: fields by name, arrays as summaries (``float32[3]``)."""
+        return rich_fields(self)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
+        """treescope display: fields one per line, static and opaque ones marked."""
+        from ._treescope import render_struct
+
+        return render_struct(self, path, subtree_renderer)
 
     def __eq__(self, other: object) -> bool:
         if other is self:
