@@ -91,6 +91,41 @@ def test_user_init_leaving_a_field_unassigned_still_fails() -> None:
         Linear()
 
 
+def test_subclass_init_calling_generated_parent_init_bare() -> None:
+    """super().__init__() reaching a parent's generated __init__ keeps the assigned fields."""
+
+    class Base(js.Struct):
+        w: int
+        b: int = 0
+
+    before = Base(1)  # the parent's constructor is compiled before the subclass exists
+
+    class Doubled(Base):
+        def __init__(self, w: int) -> None:
+            self.w = w * 2
+            super().__init__()
+
+    assert (Doubled(3).w, Doubled(3).b) == (6, 0)
+    assert Base(2, b=5) == Base(w=2, b=5) and before.w == 1
+    with pytest.raises(TypeError, match="'w'"):
+        Base()  # the parent's own instances still need every required argument
+
+
+def test_subclass_init_passing_arguments_to_generated_parent_init() -> None:
+    """super().__init__(w, b=...) reaching a parent's generated __init__ assigns them."""
+
+    class Base(js.Struct):
+        w: int
+        b: int = 0
+
+    class Child(Base):
+        def __init__(self, w: int) -> None:
+            super().__init__(w, b=7)
+
+    assert (Child(4).w, Child(4).b) == (4, 7)
+    assert str(inspect.signature(Base)) == "(w: int, b: int = 0) -> None"
+
+
 # -- 2. InitVar ---------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._fields import MISSING
 from ._layout import FLAT, Layout, Opaque, converter_failed
-from ._lifecycle import BUILDING, SAFE_STATIC_TYPES, check_static, finish
+from ._lifecycle import BUILDING, SAFE_STATIC_TYPES, assign_arguments, check_static, finish
 
 __all__ = [
     "FACTORY",
@@ -59,13 +59,40 @@ def lazy_init(cls: type) -> Any:
         real = cls.__dict__["__struct_layout__"].init_fn or generate_init(cls)
         real(self, *args, **kwargs)
 
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    __init__.__module__ = cls.__module__
-    __init__._jaxstruct_generated = True  # type: ignore[attr-defined]
+    return _as_generated(__init__, cls)
+
+
+def cooperative_init(cls: type) -> Any:
+    """Return an ``__init__`` for ``cls`` that a subclass's own ``__init__`` may call bare.
+
+    Installed on a struct class with a generated constructor once a subclass
+    writes its own ``__init__``. ``super().__init__()`` from there (the
+    cooperative pattern of mixins) assigns the arguments it is given and keeps
+    what the subclass already assigned, where the compiled constructor would
+    demand every required field again. Instances of ``cls`` itself still go
+    through the compiled constructor, so only classes with such subclasses pay
+    the extra call.
+    """
+
+    def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:
+        layout: Layout = cls.__dict__["__struct_layout__"]
+        if id(self) in BUILDING:
+            assign_arguments(self, layout, args, kwargs, keep_assigned=True)
+            return
+        (layout.init_fn or generate_init(cls))(self, *args, **kwargs)
+
+    __init__._jaxstruct_cooperative = True  # type: ignore[attr-defined]
+    return _as_generated(__init__, cls)
+
+
+def _as_generated(fn: Any, cls: type) -> Any:
+    fn.__qualname__ = f"{cls.__qualname__}.__init__"
+    fn.__module__ = cls.__module__
+    fn._jaxstruct_generated = True
     signature = _new_signature(LazySignature)
     signature._js_cls = cls
-    __init__.__signature__ = signature  # type: ignore[attr-defined]
-    return __init__
+    fn.__signature__ = signature
+    return fn
 
 
 def _is_stub(fn: Any) -> bool:

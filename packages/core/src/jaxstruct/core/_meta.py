@@ -19,7 +19,7 @@ import jax
 from jaxstruct.registry import PytreeSpec, add_spec
 from typing_extensions import dataclass_transform
 
-from ._codegen import lazy_init, lazy_unflatten
+from ._codegen import cooperative_init, lazy_init, lazy_unflatten
 from ._errors import StructDefinitionError
 from ._fields import MISSING, FieldSpec, field
 from ._layout import FLAT, KEYED, Layout
@@ -181,6 +181,8 @@ class StructMeta(abc.ABCMeta):
             else:
                 _check_parent_init(cls, qual, overwrite_parent_init, klass, inherited_init)
                 type.__setattr__(cls, "__init__", lazy_init(cls))
+        if user_init is not None:
+            _make_parent_init_cooperative(cls)
         layout = Layout(cls, fields, user_init=has_user_init, members=ordered)
         type.__setattr__(cls, "__struct_layout__", layout)
         type.__setattr__(
@@ -418,6 +420,17 @@ def _check_order(qual: str, fields: tuple[FieldSpec, ...]) -> None:
                 f"default; give {spec.name!r} a default, or make it keyword-only with "
                 "field(kw_only=True)",
             )
+
+
+def _make_parent_init_cooperative(cls: type) -> None:
+    """Let ``super().__init__()`` in ``cls``'s own ``__init__`` reach a generated one bare."""
+    klass, init = _first_init(cls)
+    if (
+        "__struct_layout__" in klass.__dict__
+        and getattr(init, "_jaxstruct_generated", False)
+        and not getattr(init, "_jaxstruct_cooperative", False)
+    ):
+        type.__setattr__(klass, "__init__", cooperative_init(klass))
 
 
 def _first_init(cls: type) -> tuple[type, Any]:
