@@ -6,6 +6,8 @@ stay as they are:
 
 * an ``Example:`` section (singular) becomes an ``Examples:`` section, so its
   ``>>>`` lines render as a Python code block instead of a paragraph;
+* a reST literal block (``text::`` then an indented block) loses its ``::``:
+  Markdown shows the indented block as code already;
 * Sphinx roles (``:func:`field```, ``:class:`~jaxstruct.core.Struct```,
   ``:meth:`replace```) become mkdocstrings cross-references
   (``[`field`][jaxstruct.core.field]``) to the name's page in the API reference.
@@ -30,6 +32,8 @@ import griffe
 LAYERS = ("registry", "core", "io", "abc", "testing", "orbax")
 ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|data|exc|mod|obj|const):`(~?)([^`<>]+)`")
 EXAMPLE = re.compile(r"^(\s*)Example:\s*$", re.M)
+# reST's "text::" before an indented literal block; Markdown needs only the indent.
+LITERAL = re.compile(r"(\S)::\n(\s*\n)")
 
 
 def _public_names() -> tuple[dict[str, str], dict[int, str]]:
@@ -105,6 +109,7 @@ class JaxstructDocstrings(griffe.Extension):
         if docstring is None:
             return
         value = EXAMPLE.sub(r"\1Examples:", docstring.value)
+        value = LITERAL.sub(r"\1:\n\2", value)
         value = ROLE.sub(
             lambda m: self._link(obj, m.group(2).strip(), short=bool(m.group(1))), value
         )
