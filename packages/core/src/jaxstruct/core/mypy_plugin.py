@@ -18,9 +18,10 @@ With it, mypy
 * does not count an ``AbstractVar`` declaration (``jaxstruct.abc``) as a field, so a
   subclass may provide it with a field, a property or a class attribute.
 
-Pyright needs no plugin for most of this: it reads converters itself, and from
+Pyright has no plugins. It reads converters itself, and from
 ``pythonVersion = "3.13"`` on it types ``replace`` from the ``__replace__`` it
-synthesises for dataclass-like classes.
+synthesises for dataclass-like classes; the other two points cannot be expressed
+to it (the docs' "Type checking" page says what to write instead).
 """
 
 from __future__ import annotations
