@@ -1,4 +1,11 @@
-"""The documentation's examples and the package docstrings' examples run."""
+"""The documentation's examples and the package docstrings' examples run.
+
+Every ```python block of a docs page runs, including blocks indented inside
+content tabs. Code that is shown but not run (another library's side of a
+comparison, configuration files, shell commands) uses another fence language:
+``py`` for Python that is not run, ``toml``, ``sh``, ...; a fence language
+outside that list fails the suite, so a typo cannot silently skip a block.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +14,18 @@ import importlib
 import pkgutil
 import re
 import sys
+import textwrap
 import types
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC_PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+DOC_PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md", ROOT / "CHANGELOG.md"]
+BLOCK = re.compile(r"^([ \t]*)```python\n(.*?)^\1```[ \t]*$", re.S | re.M)
+FENCE = re.compile(r"^[ \t]*```([^\s`{]*)")
+# Fence languages that are shown but never run.
+SHOWN = frozenset({"py", "pycon", "toml", "ini", "sh", "bash", "console", "text", "json", "yaml"})
 LAYERS = ("registry", "core", "io", "abc", "testing")
 
 
@@ -32,15 +43,52 @@ def _modules() -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: p.name)
+def _page_id(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _python_blocks(text: str) -> list[str]:
+    return [textwrap.dedent(source) for _, source in BLOCK.findall(text)]
+
+
+def _fence_languages(text: str) -> list[str]:
+    """The language of every opening fence of a Markdown text, in order."""
+    languages, inside = [], False
+    for line in text.splitlines():
+        match = FENCE.match(line)
+        if match is None:
+            continue
+        if not inside:
+            languages.append(match.group(1))
+        inside = not inside
+    return languages
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)
 def test_doc_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ```python block of a docs page runs, in order, in one fresh namespace."""
-    blocks = BLOCK.findall(page.read_text(encoding="utf-8"))
+    blocks = _python_blocks(page.read_text(encoding="utf-8"))
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    namespace: dict[str, object] = {"__name__": "docs_" + re.sub(r"\W", "_", page.stem)}
     for index, source in enumerate(blocks):
         code = compile(source, f"{page.name}[block {index}]", "exec", dont_inherit=True)
         exec(code, namespace)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)
+def test_doc_page_code_blocks_are_run_or_marked_shown(page: Path) -> None:
+    """Every code block of a docs page is ```python (run) or a language that is only shown."""
+    languages = _fence_languages(page.read_text(encoding="utf-8"))
+    unknown = [lang for lang in languages if lang != "python" and lang not in SHOWN]
+    assert not unknown, f"{page.name}: fences {unknown} are neither run nor in {sorted(SHOWN)}"
+    assert len(_python_blocks(page.read_text(encoding="utf-8"))) == languages.count("python")
+
+
+def test_python_blocks_inside_content_tabs_are_found() -> None:
+    """A ```python block indented inside a tab is collected and dedented, a ```py one is not."""
+    text = '=== "a"\n\n    ```python\n    x = 1\n    ```\n\n=== "b"\n\n    ```py\n    y\n    ```\n'
+    assert _python_blocks(text) == ["x = 1\n"]
+    assert _fence_languages(text) == ["python", "py"]
 
 
 @pytest.mark.parametrize("module_name", _modules())

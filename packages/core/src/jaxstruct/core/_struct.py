@@ -1,11 +1,15 @@
 """The :class:`Struct` base class: frozen instances, ``replace``, introspection, I/O methods."""
 
+# pyright: reportRedeclaration=false
+# (``replace`` is declared twice on purpose: the method, then its typing-only signature.)
+
 from __future__ import annotations
 
 import importlib
 from collections import OrderedDict
+from collections.abc import Callable
 from types import MethodType
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 import jax
 
@@ -41,6 +45,15 @@ if TYPE_CHECKING:
 __all__ = ["Struct"]
 
 S = TypeVar("S", bound="Struct")
+_P = ParamSpec("_P")
+_R_co = TypeVar("_R_co", covariant=True)
+
+
+class _Replaceable(Protocol[_P, _R_co]):
+    """Typing only: an object with a ``__replace__`` (what ``replace`` is typed from)."""
+
+    def __replace__(self, /, *args: _P.args, **kwargs: _P.kwargs) -> _R_co: ...
+
 
 _osa = object.__setattr__
 _new = object.__new__
@@ -221,6 +234,13 @@ class Struct(metaclass=StructMeta):
                     if type(value) not in SAFE_STATIC_TYPES:
                         check_static(cls, name, value)
         return new
+
+    if TYPE_CHECKING:
+        # For pyright only: ``replace`` takes what ``__replace__`` takes, which pyright
+        # synthesises per class (pythonVersion >= 3.13) with each field as an optional
+        # keyword. mypy reads the method above; jaxstruct.core.mypy_plugin types it.
+        @property
+        def replace(self: _Replaceable[_P, _R_co]) -> Callable[_P, _R_co]: ...
 
     def __replace__(self: S, /, **changes: Any) -> S:
         """Support ``copy.replace(obj, **changes)`` (Python 3.13+): same as :meth:`replace`."""
