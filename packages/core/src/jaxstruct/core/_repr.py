@@ -192,44 +192,42 @@ class _Printer:
 def pformat(obj: Any, *, width: int = REPR_WIDTH, indent: int = 4) -> str:
     """Return a readable, width-aware text form of ``obj``.
 
-        Structs (those using the library's repr), lists, tuples, named tuples and dicts are
-        laid out on one line when they fit in ``width`` columns; otherwise they
-        break, one item per line, ``indent`` columns deeper, each followed by a
-        comma. Arrays print as summaries: ``float32[4,3]`` for a JAX array,
-        ``np.float32[4,3]`` for a NumPy array, ``Traced<float32[4,3]>`` for a
-        tracer and ``ShapeDtypeStruct<float32[4,3]>`` for an abstract value.
-        Fields declared with ``repr=False`` are left out, as in ``repr``.
+    Structs (those using the library's repr), lists, tuples, named tuples and dicts are
+    laid out on one line when they fit in ``width`` columns; otherwise they
+    break, one item per line, ``indent`` columns deeper, each followed by a
+    comma. Arrays print as summaries: ``float32[4,3]`` for a JAX array,
+    ``np.float32[4,3]`` for a NumPy array, ``Traced<float32[4,3]>`` for a
+    tracer and ``ShapeDtypeStruct<float32[4,3]>`` for an abstract value.
+    Fields declared with ``repr=False`` are left out, as in ``repr``.
 
-        Args:
-            obj: the value to format (a struct or any other value).
-            width: the number of columns to fit lines in.
-            indent: the number of columns each nesting level adds.
+    Args:
+        obj: the value to format (a struct or any other value).
+        width: the number of columns to fit lines in.
+        indent: the number of columns each nesting level adds.
 
-        Returns:
-            The formatted text, without a trailing newline.
+    Returns:
+        The formatted text, without a trailing newline.
 
-        Raises:
-            ValueError: if ``width`` is not positive or ``indent`` is negative.
+    Raises:
+        ValueError: if ``width`` is not positive or ``indent`` is negative.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-
-    from ._fields import MISSING
-            >>> import jaxstruct.core as js
-            >>> class Linear(js.Struct):
-            ...     w: object
-            ...     b: object
-            ...     name: str = js.field(static=True, default="linear")
-            >>> layer = Linear(jnp.zeros((3, 2)), np.zeros(2))
-            >>> print(js.pformat(layer))
-            Linear(w=float32[3,2], b=np.float64[2], name='linear')
-            >>> print(js.pformat(layer, width=30))
-            Linear(
-                w=float32[3,2],
-                b=np.float64[2],
-                name='linear',
-            )
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> import jaxstruct.core as js
+        >>> class Linear(js.Struct):
+        ...     w: object
+        ...     b: object
+        ...     name: str = js.field(static=True, default="linear")
+        >>> layer = Linear(jnp.zeros((3, 2)), np.zeros(2))
+        >>> print(js.pformat(layer))
+        Linear(w=float32[3,2], b=np.float64[2], name='linear')
+        >>> print(js.pformat(layer, width=30))
+        Linear(
+            w=float32[3,2],
+            b=np.float64[2],
+            name='linear',
+        )
     """
     if width <= 0:
         raise ValueError(f"pformat(): width must be a positive number of columns, got {width!r}")
