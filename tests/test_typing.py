@@ -21,7 +21,15 @@ def _expected(path: Path) -> set[int]:
 
 def _pyright_errors() -> dict[str, set[int]]:
     proc = subprocess.run(
-        [str(BIN / "pyright"), "--outputjson", "--project", str(TYPING / "pyrightconfig.json")],
+        [
+            str(BIN / "pyright"),
+            "--outputjson",
+            "--project",
+            str(TYPING / "pyrightconfig.json"),
+            # The packages installed for this interpreter, whichever venv runs the suite.
+            "--pythonpath",
+            sys.executable,
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
