@@ -4,14 +4,17 @@
     uv run --group bench python benchmarks/run.py --core-only  # only bench_core.py
     uv run --group bench python benchmarks/run.py -- ARGS      # ARGS go to bench_io.py
 
-The core benchmark runs in this process; ``bench_io.py``, when it exists, runs
-afterwards in a fresh interpreter of its own, so that neither one's imports,
-caches or garbage skew the other's timings.
+The report starts by naming the interpreter (implementation and version; any
+of the supported CPythons, 3.11 to 3.13, runs it). The core benchmark runs in
+this process; ``bench_io.py``, when it exists, runs afterwards in a fresh
+process of the same interpreter, so that neither one's imports, caches or
+garbage skew the other's timings.
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import subprocess
 import sys
 import time
@@ -45,11 +48,18 @@ def _run_io(io_args: list[str]) -> int:
     return subprocess.call([sys.executable, str(IO_SCRIPT), *io_args], cwd=HERE.parent)
 
 
+def interpreter() -> str:
+    """Name the running interpreter, e.g. ``CPython 3.12.1 (Linux x86_64)``."""
+    system = f"{platform.system()} {platform.machine()}".strip()
+    return f"{platform.python_implementation()} {platform.python_version()} ({system})"
+
+
 def main(argv: list[str]) -> int:
     """Run the selected benchmarks; return a process exit status."""
     sys.path.insert(0, str(HERE))
     args, io_args = _parse(argv)
     started = time.perf_counter()
+    print(f"Interpreter: {interpreter()}.\n", flush=True)
     status = 0
     if not args.io_only:
         import bench_core

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,30 @@ def test_core_benchmark_runs_and_reports_ratios() -> None:
         assert len(cells) == 4  # op, regdc time, dict / regdc, jaxstruct / regdc
         assert all(c[0].isdigit() for c in cells[2:]), row
     assert "error" not in out
+
+
+def test_benchmark_report_names_the_interpreter() -> None:
+    """benchmarks/run.py starts its report with the interpreter's implementation and version."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--core-only",
+            "--rounds=1",
+            "--repeats=1",
+            "--target-ms=0.1",
+            "--models",
+            "flat",
+            "--impls",
+            "regdc",
+            "jaxstruct",
+            "--ops",
+            "flatten",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    named = f"Interpreter: {platform.python_implementation()} {platform.python_version()} ("
+    assert out.startswith(named), out.splitlines()[0]

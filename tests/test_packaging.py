@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -173,3 +176,119 @@ def test_core_loads_io_only_through_importlib() -> None:
 def test_io_and_abc_never_import_testing(path: Path) -> None:
     """jaxstruct.io and jaxstruct.abc never import jaxstruct.testing."""
     assert not _uses(_imports(path), "testing")
+
+
+# -- supported Pythons, CI --------------------------------------------------------------
+
+SCRIPTS = ROOT / "scripts"
+DISTRIBUTIONS = [
+    ROOT,
+    *PACKAGES,
+    *sorted(p for p in (ROOT / "examples").iterdir() if (p / "pyproject.toml").is_file()),
+]
+PYTHON_CLASSIFIER = re.compile(r"^Programming Language :: Python :: (3\.\d+)$")
+
+
+def _script_list(name: str) -> list[str]:
+    """A space-separated list assigned at the top level of scripts/test.sh."""
+    match = re.search(rf'^{name}="([^"]*)"$', (SCRIPTS / "test.sh").read_text(), re.M)
+    assert match, f"scripts/test.sh assigns no {name}"
+    return match.group(1).split()
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+SUPPORTED = sorted(_script_list("SUPPORTED_PYTHONS"), key=_version_key)
+
+
+@pytest.mark.parametrize("path", DISTRIBUTIONS, ids=lambda p: p.name)
+def test_classifiers_list_the_tested_pythons(path: Path) -> None:
+    """Every distribution's classifiers name exactly the Pythons scripts/test.sh tests on."""
+    classifiers = _project(path / "pyproject.toml").get("classifiers", [])
+    listed = [m.group(1) for c in classifiers if (m := PYTHON_CLASSIFIER.match(c))]
+    assert listed == SUPPORTED, path.name
+    assert "Programming Language :: Python :: Implementation :: CPython" in classifiers
+
+
+@pytest.mark.parametrize("path", DISTRIBUTIONS, ids=lambda p: p.name)
+def test_requires_python_starts_at_the_oldest_tested(path: Path) -> None:
+    """requires-python allows exactly the oldest tested Python and up."""
+    assert _project(path / "pyproject.toml")["requires-python"] == f">={SUPPORTED[0]}"
+
+
+def test_floors_are_tested_on_the_oldest_and_newest_python() -> None:
+    """The lowest-versions run covers the oldest and the newest supported Python."""
+    lowest = _script_list("LOWEST_PYTHONS")
+    assert {SUPPORTED[0], SUPPORTED[-1]} <= set(lowest) <= set(SUPPORTED)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """.ci/run ends by running the README's test command, word for word."""
+    readme = (ROOT / "README.md").read_text()
+    command = "uv run --frozen --all-packages bash scripts/test.sh"
+    assert f"\n{command}\n" in readme
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert [line for line in lines if line and not line.startswith("#")][-1] == command
+
+
+def test_installation_page_names_the_tested_pythons_and_jax_floor() -> None:
+    """docs/installation.md names every tested Python and the JAX floor the packages declare."""
+    page = (ROOT / "docs" / "installation.md").read_text()
+    assert f"CPython {', '.join(SUPPORTED[:-1])} and {SUPPORTED[-1]}" in page
+    floors = {
+        req
+        for p in PACKAGES
+        for req in _project(p / "pyproject.toml")["dependencies"]
+        if re.match(r"jax\s*>=", req)
+    }
+    assert floors, "no package declares a JAX floor"
+    for floor in floors:
+        assert f"`{floor}`" in page, floor
+
+
+def _find_python(version: str, ci: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "find_python.sh"), version],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_find_python_finds_the_running_interpreter() -> None:
+    """scripts/find_python.sh finds a CPython of the running version and prints its path."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = _find_python(version, ci=None)
+    assert found.returncode == 0, found.stderr
+    path = found.stdout.strip()
+    reported = subprocess.run(
+        [path, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert reported.stdout.strip() == str(sys.version_info[:2])
+
+
+def test_find_python_skips_a_missing_interpreter_outside_ci() -> None:
+    """Outside CI a missing interpreter is a warning and exit status 2 (skip)."""
+    found = _find_python("3.99", ci=None)
+    assert (found.returncode, found.stdout) == (2, "")
+    assert "warning: CPython 3.99 not found" in found.stderr and "skipping" in found.stderr
+
+
+def test_find_python_fails_on_a_missing_interpreter_in_ci() -> None:
+    """With CI=true a missing interpreter is an error and exit status 1."""
+    found = _find_python("3.99", ci="true")
+    assert (found.returncode, found.stdout) == (1, "")
+    assert (
+        "error: CPython 3.99 not found" in found.stderr and "install CPython 3.99" in found.stderr
+    )

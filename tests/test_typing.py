@@ -61,6 +61,9 @@ def _pyright_errors(version: str) -> dict[str, set[int]]:
             version,
             "--project",
             str(TYPING / "pyrightconfig.json"),
+            # The packages installed for this interpreter, whichever venv runs the suite.
+            "--pythonpath",
+            sys.executable,
         ],
         capture_output=True,
         text=True,

@@ -62,7 +62,9 @@ def first_difference(
         >>> from jaxstruct.testing import first_difference
         >>> a, b = {"a": np.zeros(2)}, {"a": np.array([0.0, 1.0])}
         >>> print(first_difference(a, b))  # doctest: +ELLIPSIS
-        x['a']: bits differ at index (1,): np.float64(0.0) != np.float64(1.0) (dtype float64, ...)
+        x['a']: bits differ at index (1,): ... (dtype float64, 8 bytes each)
+        >>> print(first_difference({"w": 0.0}, {"w": -0.0}))
+        x['w']: 0.0 != -0.0
     """
     if expected is actual:
         return None
