@@ -258,15 +258,28 @@ def test_navigation_links_lead_to_their_pages(served: str, browser: Any) -> None
 
 def test_search_finds_the_api_entry(served: str, browser: Any) -> None:
     """Typing in the search box lists results, among them the API reference of replace."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
 
     browser.get(served)
     box = _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input.md-search__input"))
     box.click()  # as a user does; the box sits in the header at this window size
     box.send_keys("replace")
-    items = _wait(
-        browser,
-        lambda d: d.find_elements(By.CSS_SELECTOR, "li.md-search-result__item a") or False,
-    )
-    hrefs = [a.get_attribute("href") for a in items]
-    assert any("api/core/" in h and "jaxstruct.core.Struct.replace" in h for h in hrefs), hrefs
+    seen: list[str] = []
+
+    def found(d: Any) -> bool:
+        # The result list is re-rendered while the search index loads, so links
+        # read a moment ago may be gone: read them afresh on every poll.
+        try:
+            seen[:] = [
+                a.get_attribute("href") or ""
+                for a in d.find_elements(By.CSS_SELECTOR, "li.md-search-result__item a")
+            ]
+        except StaleElementReferenceException:
+            return False
+        return any("api/core/" in h and "jaxstruct.core.Struct.replace" in h for h in seen)
+
+    try:
+        _wait(browser, found)
+    except TimeoutException:
+        pytest.fail(f"search for 'replace' never listed Struct.replace; results: {seen}")
