@@ -12,7 +12,6 @@ from jaxstruct.registry import SerializationError
 from . import _atomic
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
-from ._errors import CheckpointWriteError
 from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest, parse_manifest
@@ -129,60 +128,25 @@ def export(
     target = Path(os.fspath(path)).absolute()
     _atomic.step("start")
     fmt = _format_for_export(target)
-    if os.path.lexists(target):
-        if not overwrite:
-            raise FileExistsError(
-                f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
-                "another path"
-            )
-        if not is_checkpoint(target, fmt):
-            raise SerializationError(
-                f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
-                "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
-                "another path"
-            )
+    if os.path.lexists(target) and not overwrite:
+        raise FileExistsError(
+            f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
+            "another path"
+        )
     # Encode everything before touching the disk: an unrepresentable value
     # fails here and nothing is written.
     state = encode_state(obj)
     manifest = dump_manifest(state, fmt.name)
     _atomic.step("encoded")
-    if not target.parent.is_dir():
-        raise FileNotFoundError(f"{str(target.parent)!r}: parent directory does not exist")
-    _atomic.clean_debris(target)
-    tmp = _atomic.temp_sibling(target)
-    old: Path | None = None
-    try:
-        try:
-            fmt.write(
-                tmp, manifest, state["array_data"], compression=compression, step=_atomic.step
-            )
-        except OSError as err:
-            raise CheckpointWriteError(
-                err.errno,
-                f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
-                "nothing was replaced and any previous checkpoint there is intact. Free disk "
-                "space or fix the permissions, then export again",
-            ) from err
-        _atomic.step("written")
-        if overwrite and os.path.lexists(target):
-            old = _atomic.exchange(tmp, target)
-        else:
-            try:
-                _atomic.rename_noreplace(tmp, target)
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{str(target)!r} was created by someone else during this export; pass "
-                    "overwrite=True to replace it"
-                ) from None
-        from ._formats import fsync_dir
-
-        fsync_dir(target.parent)
-        _atomic.step("published")
-    finally:
-        # On success this removes the swapped-out old checkpoint; on failure the
-        # half-written temporary. The target itself is never touched here.
-        _atomic.remove(old if old is not None else tmp)
-    _atomic.step("done")
+    _atomic.publish(
+        target,
+        lambda tmp: fmt.write(
+            tmp, manifest, state["array_data"], compression=compression, step=_atomic.step
+        ),
+        overwrite=overwrite,
+        is_ours=lambda existing: is_checkpoint(existing, fmt),
+        what=f"{fmt.name} checkpoint",
+    )
     return target
 
 
