@@ -144,7 +144,7 @@ def export(
             tmp, manifest, state["array_data"], compression=compression, step=_atomic.step
         ),
         overwrite=overwrite,
-        is_ours=lambda existing: is_checkpoint(existing, fmt),
+        is_ours=getattr(fmt, "owns", None) or (lambda existing: is_checkpoint(existing, fmt)),
         what=f"{fmt.name} checkpoint",
     )
     return target

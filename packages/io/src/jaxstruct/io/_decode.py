@@ -296,7 +296,9 @@ class _Decoder:
             restored = _weakly_typed(arr)
             if restored is not None:
                 return restored
-        return jax.numpy.asarray(arr)
+        if isinstance(arr, jax.Array):
+            return arr
+        return jax.device_put(arr)  # an aligned host buffer is adopted without a copy
 
 
 def _weakly_typed(arr: np.ndarray) -> Any:
