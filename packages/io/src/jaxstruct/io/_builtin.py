@@ -33,6 +33,7 @@ from ._dtypes import storage_dtype
 from ._files import open_regular, read_all
 from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits
+from ._manifest import check_node_budget
 from ._npy import array_bytes, build_header, parse_header, prefix_length
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
@@ -197,6 +198,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         self.where = where
         self.manifest = manifest
         self.extra = extra  # members that are not arrays (a legacy zip's manifest)
+        self.container: _zip.Entry | None = None  # arrays.npz inside a zip, for verify()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -222,6 +224,40 @@ class _NpzCheckpoint(OpenedCheckpoint):
                     f"{self.where}: member {name!r} holds {entry.size} bytes, which does not "
                     f"match the {nbytes} bytes of array {key!r} in the manifest"
                 )
+
+    def verify(self, table: ArrayTable) -> list[str]:
+        """Read every member through, checking sizes, CRCs, dtypes and shapes; list what is bad.
+
+        Nothing is kept: each member streams through one scratch buffer.
+        """
+        problems: list[str] = []
+        if self.container is not None:
+            try:
+                reader = _zip.MemberReader(self.fd, self.container, self.where)
+                _drain(reader, self.container.size)
+                reader.finish()
+            except SerializationError as err:
+                problems.append(str(err))
+        names = {f"{key}.npy": key for key in table}
+        present = set(self.index.entries) - self.extra
+        problems += [
+            f"{self.where}: member {name!r} is missing" for name in sorted(set(names) - present)
+        ]
+        problems += [
+            f"{self.where}: member {name!r} is not an array of the manifest"
+            for name in sorted(present - set(names))
+        ]
+        for name in sorted(present & set(names)):
+            entry = self.index.entries[name]
+            spec = table[names[name]]
+            try:
+                reader = _zip.MemberReader(self.fd, entry, self.where)
+                _, _, start = self._header(reader, name, spec)
+                _drain(reader, entry.size - start)
+                reader.finish()
+            except SerializationError as err:
+                problems.append(str(err))
+        return problems
 
     def read_arrays(
         self, table: ArrayTable, wanted: Mapping[str, Any] | None = None
@@ -364,6 +400,15 @@ class _NpzCheckpoint(OpenedCheckpoint):
             _scatter(slab, s0, s1, parts)
 
 
+def _drain(reader: _zip.MemberReader, n: int) -> None:
+    scratch = memoryview(bytearray(min(n, _READ_CHUNK) or 1))
+    done = 0
+    while done < n:
+        take = min(len(scratch), n - done)
+        reader.readinto(scratch[:take])
+        done += take
+
+
 def _scatter(slab: np.ndarray, s0: int, s1: int, parts: list[_Placed]) -> None:
     """Copy rows ``s0:s1`` (held in ``slab``) into every part that needs some of them."""
     for part in parts:
@@ -408,6 +453,7 @@ class DirectoryFormat(Format):
     name = "directory"
     suffixes = ()
     is_directory = True
+    also_reads = ("zip",)  # an unzipped .zip checkpoint is a directory checkpoint
 
     def write(
         self,
@@ -458,6 +504,7 @@ class DirectoryFormat(Format):
             manifest = read_all(fd, size, where)
         finally:
             os.close(fd)
+        check_node_budget(manifest, where, limits.max_nodes)
         try:
             fd, size = open_regular(path / ARRAYS, follow=False)
         except FileNotFoundError:
@@ -478,6 +525,7 @@ class ZipFormat(Format):
     name = "zip"
     suffixes = (".zip",)
     is_directory = False
+    also_reads = ("directory",)  # a zipped directory checkpoint is a zip checkpoint
 
     def write(
         self,
@@ -547,6 +595,7 @@ class ZipFormat(Format):
             if entry.size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, entry.size, limits)
             manifest = _read_member(fd, entry, where)
+            check_node_budget(manifest, where, limits.max_nodes)
             npz = outer.entries.get(ARRAYS)
             if npz is None:  # the first release's layout: .npy members beside the manifest
                 return _NpzCheckpoint(fd, outer, where, manifest, frozenset({MANIFEST}))
@@ -570,7 +619,9 @@ class ZipFormat(Format):
         except BaseException:
             os.close(fd)
             raise
-        return _NpzCheckpoint(fd, inner, f"{where} (arrays.npz)", manifest, frozenset())
+        opened = _NpzCheckpoint(fd, inner, f"{where} (arrays.npz)", manifest, frozenset())
+        opened.container = npz
+        return opened
 
 
 def _write_all(handle: Any, data: _zip.Chunk) -> None:

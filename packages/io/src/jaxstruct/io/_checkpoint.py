@@ -60,7 +60,7 @@ def open_checkpoint(path: Path, limits: Limits) -> tuple[Format, OpenedCheckpoin
     opened = fmt.open(path, limits)
     try:
         top = parse_manifest(opened.manifest, where)
-        if top["container"] != fmt.name:
+        if top["container"] != fmt.name and top["container"] not in getattr(fmt, "also_reads", ()):
             raise SerializationError(
                 f"{where}: the manifest says container {top['container']!r} but the file is a "
                 f"{fmt.name!r} checkpoint"
