@@ -89,7 +89,7 @@ def roundtrip(form: str, tmp_path: Path) -> Callable[..., Any]:
             return jio.from_state_dict(jio.to_state_dict(value), **kw)
         suffix = {"zip": ".zip", "tar": ".tar"}.get(form, "")
         path = tmp_path / f"ckpt{next(counter)}{suffix}"
-        jio.export(value, path)
+        jio.export(value, path, format="orbax" if form == "orbax" else None)
         return jio.load(path, **kw)
 
     return run
