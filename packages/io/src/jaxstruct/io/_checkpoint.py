@@ -170,33 +170,13 @@ def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
 
 def _publish(target: Path, fmt: Format, overwrite: bool, write: Callable[[Path], None]) -> None:
     """Create the checkpoint at a temporary sibling with ``write`` and move it into place."""
-    _atomic.clean_debris(target)
-    tmp = _atomic.temp_sibling(target)
-    old: Path | None = None
-    try:
-        try:
-            write(tmp)
-        except OSError as err:
-            raise _disk_error(target, err) from err
-        _atomic.step("written")
-        if overwrite and os.path.lexists(target):
-            old = _atomic.exchange(tmp, target)
-        else:
-            try:
-                _atomic.rename_noreplace(tmp, target)
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{str(target)!r} was created by someone else during this export; pass "
-                    "overwrite=True to replace it"
-                ) from None
-        from ._formats import fsync_dir
-
-        fsync_dir(target.parent)
-        _atomic.step("published")
-    finally:
-        # On success this removes the swapped-out old checkpoint; on failure the
-        # half-written temporary. The target itself is never touched here.
-        _atomic.remove(old if old is not None else tmp)
+    _atomic.publish(
+        target,
+        write,
+        overwrite=overwrite,
+        is_ours=lambda existing: is_checkpoint(existing, fmt),
+        what=f"{fmt.name} checkpoint",
+    )
 
 
 def _write_everywhere(
@@ -224,6 +204,7 @@ def _write_everywhere(
             except OSError as err:
                 raise _disk_error(target, err) from err
             _atomic.step("published")
+            _atomic.step("done")
             return None
         _publish(
             target,
@@ -356,8 +337,6 @@ def export(
     if not fmt.multiprocess and _multihost.process_count() > 1:
         _multihost.check_primary_holds(arrays, fmt.name, repr(key))
     _atomic.step("encoded")
-    if isinstance(target, Path) and not target.parent.is_dir():
-        raise FileNotFoundError(f"{str(target.parent)!r}: parent directory does not exist")
     if blocking:
         _write_everywhere(
             target,
@@ -368,7 +347,6 @@ def export(
             compression=compression,
             background=False,
         )
-        _atomic.step("done")
         return target
     handle = _async.ExportHandle(target, key)
     if type(fmt).write_async is Format.write_async or not fmt.publishes_atomically:

@@ -19,6 +19,7 @@ import numpy as np
 from jaxstruct.registry import SerializationError
 
 from . import _zip
+from ._atomic import fsync_dir
 from ._dtypes import storage_dtype
 from ._files import open_regular
 from ._limits import Limits
@@ -244,18 +245,6 @@ def _write_file(path: Path, write: Callable[[Any], None]) -> None:
     with open(path, "xb", buffering=0) as handle:
         write(handle)
         os.fsync(handle.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # pragma: no cover - Windows
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _NpzCheckpoint(OpenedCheckpoint):

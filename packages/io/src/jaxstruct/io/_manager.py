@@ -24,8 +24,8 @@ from jaxstruct.registry import SerializationError
 
 from . import _atomic, _multihost
 from ._async import ExportHandle
+from ._atomic import fsync_dir
 from ._checkpoint import _format_named, export, load
-from ._formats import fsync_dir
 
 __all__ = ["CheckpointManager"]
 
