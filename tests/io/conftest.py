@@ -17,7 +17,7 @@ import pytest
 
 # "tar" is the format of the example plugin jaxstruct-plugin-tar (a workspace dev
 # dependency): every round trip also goes through a third-party format.
-FORMS = ("state", "directory", "zip", "tar")
+FORMS = ("state", "directory", "zip", "tar", "orbax")
 
 
 def _bits(x: float) -> bytes:

@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.registry import SerializationError
 
-SUFFIX = {"directory": "", "zip": ".zip", "tar": ".tar"}
+SUFFIX = {"directory": "", "zip": ".zip", "tar": ".tar", "orbax": ""}
 FILE_FORMATS = tuple(SUFFIX)
 
 

@@ -33,6 +33,7 @@ __all__ = ["OrbaxFormat"]
 
 ARRAYS = "arrays"
 MANIFEST_ITEM = "jaxstruct"
+STORAGE_ITEM = "jaxstruct_storage"
 _MANIFEST_FILE = "metadata"  # the JSON handler's default file name
 
 
@@ -52,9 +53,85 @@ def _epath(path: Any) -> Any:
     return epath.Path(path)
 
 
-def _stored(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    # orbax refuses zero-size arrays; the manifest alone rebuilds them.
-    return {k: v for k, v in arrays.items() if math.prod(v.shape) > 0}
+# Dtypes tensorstore stores as they are (native byte order). Every other dtype is
+# stored in a portable form recorded in the ``storage`` item: ``"bool"`` (as
+# uint8) or ``"bytes"`` (the raw bytes, one trailing axis of itemsize).
+_NATIVE_NAMES = (
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex64",
+    "complex128",
+)
+_NATIVE_ML = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def _native() -> frozenset[np.dtype]:
+    import ml_dtypes
+
+    names = [np.dtype(n) for n in _NATIVE_NAMES]
+    names += [np.dtype(getattr(ml_dtypes, n)) for n in _NATIVE_ML if hasattr(ml_dtypes, n)]
+    return frozenset(names)
+
+
+def _fortran(arr: np.ndarray) -> bool:
+    return arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous
+
+
+def _to_storage(arr: Any, native: frozenset[np.dtype]) -> tuple[Any, dict[str, str]]:
+    """Return the array orbax stores for ``arr`` and how to turn it back (``{}``: as is)."""
+    dtype = np.dtype(arr.dtype)
+    if not isinstance(arr, np.ndarray):  # a jax.Array: keep it on its devices when possible
+        if dtype in native:
+            return arr, {}
+        if dtype == np.bool_:
+            return arr.astype(np.uint8), {"as": "bool"}
+        from jaxstruct.io._formats import host_array
+
+        arr = host_array(arr)  # a rare dtype tensorstore lacks: stored as raw bytes
+    layout: dict[str, str] = {"order": "F"} if _fortran(arr) else {}
+    if dtype in native:
+        return (np.ascontiguousarray(arr) if layout else arr), layout
+    raw = np.ascontiguousarray(arr).view(np.uint8).reshape((*arr.shape, dtype.itemsize))
+    return raw, {**layout, "as": "bytes"}
+
+
+def _from_storage(stored: Any, layout: Mapping[str, str], dtype: np.dtype, placement: Any) -> Any:
+    kind = layout.get("as")
+    if kind == "bool":
+        # A view keeps the exact bytes (JAX can hold non-canonical booleans).
+        out = stored.view(np.bool_) if isinstance(stored, np.ndarray) else stored.astype(np.bool_)
+    elif kind == "bytes":
+        host = np.ascontiguousarray(stored)
+        out = host.view(dtype).reshape(host.shape[:-1])
+    else:
+        out = stored
+    if layout.get("order") == "F" and isinstance(out, np.ndarray):
+        out = np.asfortranarray(out)
+    if placement is not None and isinstance(out, np.ndarray):
+        out = place(out, placement)
+    return out
+
+
+def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    native = _native()
+    stored: dict[str, Any] = {}
+    layouts: dict[str, dict[str, str]] = {}
+    for key, arr in arrays.items():
+        if math.prod(arr.shape) * np.dtype(arr.dtype).itemsize == 0:
+            continue  # orbax refuses empty arrays; the manifest alone rebuilds them
+        stored[key], layout = _to_storage(arr, native)
+        if layout:
+            layouts[key] = layout
+    return stored, layouts
 
 
 def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
@@ -63,8 +140,11 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
         document = json.loads(manifest)
     except ValueError as err:  # pragma: no cover - export always gives JSON
         raise SerializationError(f"the manifest is not JSON ({err})") from None
-    items: dict[str, Any] = {MANIFEST_ITEM: ocp.args.JsonSave(document)}
-    stored = _stored(arrays)
+    stored, layouts = _storage_form(arrays)
+    items: dict[str, Any] = {
+        MANIFEST_ITEM: ocp.args.JsonSave(document),
+        STORAGE_ITEM: ocp.args.JsonSave({"version": 1, "arrays": layouts}),
+    }
     if stored:
         items[ARRAYS] = ocp.args.PyTreeSave(stored)
     return ocp.args.Composite(**items)
@@ -188,7 +268,43 @@ class OrbaxFormat(Format):
         manifest = file.read_bytes()
         if len(manifest) != size:
             raise SerializationError(f"{where}: the manifest changed while being read")
-        return _OrbaxCheckpoint(p, manifest, where)
+        return _OrbaxCheckpoint(p, manifest, _read_layouts(p, limits, where), where)
+
+
+_KINDS = frozenset({"bool", "bytes"})
+
+
+def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str]]:
+    """Read and check the ``storage`` item: how each non-native array was stored."""
+    file = p / STORAGE_ITEM / _MANIFEST_FILE
+    try:
+        size = file.stat().length
+    except FileNotFoundError:
+        raise SerializationError(f"{where}: the jaxstruct storage item is missing") from None
+    if size > limits.max_manifest_bytes:
+        raise SerializationError(
+            f"{where}: the storage item is {size} bytes, more than max_manifest_bytes="
+            f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
+            "max_manifest_bytes="
+        )
+    try:
+        document = json.loads(file.read_bytes())
+    except ValueError as err:
+        raise SerializationError(f"{where}: the storage item is not JSON ({err})") from None
+    layouts = document.get("arrays") if isinstance(document, dict) else None
+    if document.get("version") != 1 if isinstance(document, dict) else True:
+        raise SerializationError(f"{where}: unknown storage item version; upgrade jaxstruct-orbax")
+    if not isinstance(layouts, dict):
+        raise SerializationError(f"{where}: the storage item has no 'arrays' mapping")
+    for key, layout in layouts.items():
+        if (
+            not isinstance(layout, dict)
+            or not set(layout) <= {"as", "order"}
+            or layout.get("as", "bytes") not in _KINDS
+            or layout.get("order", "F") != "F"
+        ):
+            raise SerializationError(f"{where}: malformed storage entry for array {key!r}")
+    return layouts
 
 
 def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,9 +313,12 @@ def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _OrbaxCheckpoint(OpenedCheckpoint):
-    def __init__(self, path: Any, manifest: bytes, where: str) -> None:
+    def __init__(
+        self, path: Any, manifest: bytes, layouts: dict[str, dict[str, str]], where: str
+    ) -> None:
         self.path = path
         self.manifest = manifest
+        self.layouts = layouts
         self.where = where
 
     def close(self) -> None:
@@ -230,10 +349,27 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             out[key] = (tuple(shape), np.dtype(dtype).str)
         return out
 
+    def _storage_spec(self, spec: ArraySpec, layout: Mapping[str, str]) -> tuple[Any, np.dtype]:
+        dtype, shape = np.dtype(spec[0]), tuple(spec[1])
+        kind = layout.get("as")
+        if kind == "bool":
+            return shape, np.dtype(np.uint8)
+        if kind == "bytes":
+            return (*shape, dtype.itemsize), np.dtype(np.uint8)
+        return shape, dtype
+
     def read_arrays(
         self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
     ) -> dict[str, Any]:
-        expected = {k for k, spec in table.items() if math.prod(spec[1]) > 0}
+        unknown = sorted(set(self.layouts) - set(table))[:5]
+        if unknown:
+            raise SerializationError(
+                f"{self.where}: the storage item names arrays {unknown} the manifest lacks"
+            )
+        storage = {
+            k: self._storage_spec(spec, self.layouts.get(k, {})) for k, spec in table.items()
+        }
+        expected = {k for k, (shape, dt) in storage.items() if math.prod(shape) * dt.itemsize > 0}
         stored = self._stored_shapes() if expected else {}
         if set(stored) != expected:
             extra = sorted(set(stored) - expected)[:5]
@@ -243,16 +379,16 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                 f"manifest names (unexpected: {extra}, missing: {missing})"
             )
         for key, (shape, dtype) in stored.items():
-            spec = table[key]
-            if shape != tuple(spec[1]) or dtype != np.dtype(spec[0]).str:
+            want_shape, want_dtype = storage[key]
+            if shape != want_shape or dtype != want_dtype.str:
                 raise SerializationError(
                     f"{self.where}: array {key!r} is stored with shape {shape} and dtype "
-                    f"{dtype}, but the manifest says {tuple(spec[1])} and {np.dtype(spec[0])}"
+                    f"{dtype}, but the manifest says {want_shape} and {want_dtype}"
                 )
         out: dict[str, Any] = {}
         to_read = {k: p for k, p in wanted.items() if k in stored}
         for key in wanted:
-            if key not in stored:  # zero-size: nothing to read
+            if key not in stored:  # empty: nothing to read
                 spec = table[key]
                 out[key] = place(np.empty(spec[1], dtype=spec[0]), wanted[key])
         if not to_read:
@@ -261,8 +397,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         item: dict[str, Any] = {}
         restore_args: dict[str, Any] = {}
         for key, placement in to_read.items():
-            dtype, shape = np.dtype(table[key][0]), tuple(table[key][1])
-            if placement is None:
+            shape, dtype = storage[key]
+            if placement is None or self.layouts.get(key, {}).get("as") == "bytes":
                 item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
                 restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
             else:
@@ -292,6 +428,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             ) from None
         finally:
             checkpointer.close()
-        for key in to_read:
-            out[key] = restored[key]
+        for key, placement in to_read.items():
+            out[key] = _from_storage(
+                restored[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
+            )
         return out
