@@ -363,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.big_gib > 0:
             print(f"[bench_io] load, one {args.big_gib:g} GiB array", file=sys.stderr, flush=True)
             big = [int(args.big_gib * (1 << 30)) // 4]
-            rows += _load_rows(
-                f"{args.big_gib:g} GiB / 1 array", big, root, max(1, args.rounds - 1)
-            )
+            rows += _load_rows(f"{args.big_gib:g} GiB / 1 array", big, root, args.big_rounds)
 
         print("[bench_io] export", file=sys.stderr, flush=True)
         out = root / "out"

@@ -262,7 +262,11 @@ class _NpzCheckpoint(OpenedCheckpoint):
     def read_arrays(
         self, table: ArrayTable, wanted: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time."""
+        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time.
+
+        A ``None`` placement gives a 64-byte-aligned host array; a ``Sharding``
+        gives a ``jax.Array`` built from the slices each addressable device needs.
+        """
         self.check_members(table)
         keys = list(table) if wanted is None else list(wanted)
         out: dict[str, Any] = {}

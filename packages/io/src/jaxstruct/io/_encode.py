@@ -24,6 +24,8 @@ Each node is a JSON array whose first item is a tag:
 ``["npscalar", dtype, hex]``  a NumPy scalar, bit-exact
 ``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table;
                       ``["jaxarray", key, "weak"]`` for a weakly typed JAX array
+``["prngkey", key, impl]``  a typed JAX PRNG key array: its key data is the entry
+                      ``key``, ``impl`` names its implementation (``"threefry2x32"``)
 ``["struct", ref, version, {field: c}]``
 ``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
                       when ``payload`` came from its serializer, ``"a"`` for raw aux data
@@ -136,7 +138,7 @@ class _Encoder:
     def __init__(self) -> None:
         self.nodes: list[list[Any]] = []
         self.meta: dict[str, dict[str, Any]] = {}
-        self.data: dict[str, np.ndarray] = {}
+        self.data: dict[str, Any] = {}  # numpy.ndarray or jax.Array, as the user holds it
         self._codecs: Any = None
 
     def _codec_for(self, cls: type) -> Any:
@@ -146,12 +148,38 @@ class _Encoder:
             self._codecs = current_registry()
         return self._codecs.codec_for_type(cls)
 
-    def _array(self, arr: np.ndarray, path: _Path, tag: str) -> list[Any]:
+    def _array(self, arr: Any, path: _Path, tag: str) -> list[Any]:
         name = dtype_name(arr.dtype, path)
         key = f"a{len(self.data)}"
         self.meta[key] = {"dtype": name, "shape": list(arr.shape)}
         self.data[key] = arr
         return [tag, key]
+
+    def _jax_array(self, value: Any, path: _Path) -> list[Any]:
+        # The array is kept as the user holds it (possibly sharded over devices or
+        # processes): the format writes it shard by shard, so nothing is gathered here.
+        if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
+            raise SerializationError(
+                f"cannot export the value at {path}: it is a JAX tracer; export outside "
+                "jit/grad/vmap, on concrete values"
+            )
+        if value.is_deleted():
+            raise SerializationError(
+                f"cannot export the JAX array at {path}: it has been deleted (donated to a jitted "
+                "function?); export it before donating it"
+            )
+        if jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
+            # A typed PRNG key: store its raw key data and the name of its implementation.
+            impl = str(jax.random.key_impl(value))
+            node = self._array(jax.random.key_data(value), path, "prngkey")
+            node.append(impl)
+            return node
+        node = self._array(value, path, "jaxarray")
+        if getattr(value, "weak_type", False):
+            # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
+            # cache key includes it, so a strong one would retrace after loading.
+            node.append("weak")
+        return node
 
     def run(self, root: Any) -> int:
         # A frame is (value, path, depth) to visit, or (None, finish, count, container id)
@@ -216,23 +244,7 @@ class _Encoder:
             dtype = value.dtype
             return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
         if isinstance(value, jax.Array):
-            if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
-                raise SerializationError(
-                    f"cannot export the value at {path}: it is a JAX tracer; export outside "
-                    "jit/grad/vmap, on concrete values"
-                )
-            try:
-                host = np.asarray(value)
-            except Exception as err:
-                raise SerializationError(
-                    f"cannot export the JAX array at {path}: {err}; gather it to one host first"
-                ) from None
-            node = self._array(host, path, "jaxarray")
-            if getattr(value, "weak_type", False):
-                # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
-                # cache key includes it, so a strong one would retrace after loading.
-                node.append("weak")
-            return node
+            return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), value.name]
         if PATH_TYPES.get(cls.__name__) is cls:

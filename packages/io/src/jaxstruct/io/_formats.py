@@ -10,15 +10,103 @@ Publishing (temporary sibling, fsync, atomic rename) is not a format's job:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
+from jaxstruct.registry import SerializationError
 
 from ._limits import Limits
 
-__all__ = ["DirectoryFormat", "Format", "OpenedCheckpoint", "ZipFormat"]
+__all__ = [
+    "ArraySpec",
+    "DirectoryFormat",
+    "Format",
+    "OpenedCheckpoint",
+    "PendingWrite",
+    "Placement",
+    "ZipFormat",
+    "host_array",
+    "host_pieces",
+    "place",
+]
 
-ArrayTable = Mapping[str, tuple[np.dtype, tuple[int, ...], int]]
+MANIFEST = "manifest.json"
+ARRAYS = "arrays.npz"
+
+
+class ArraySpec(NamedTuple):
+    """What the manifest says about one stored array: dtype, shape and size in bytes."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+#: Where :meth:`OpenedCheckpoint.read_arrays` puts an array: a sharding, or ``None`` for host.
+Placement = Any  # jax.sharding.Sharding | None (jax is imported lazily)
+
+ArrayTable = Mapping[str, ArraySpec]
+
+
+def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
+    """Return ``(index, host piece)`` for each distinct block of ``arr`` this process holds.
+
+    A NumPy array is one block. A ``jax.Array`` gives one piece per distinct
+    shard index among its addressable shards (replicas once), copied from the
+    device shard by shard, so the whole array is never gathered into one
+    buffer and no host copy is left cached on the user's array.
+    """
+    if isinstance(arr, np.ndarray):
+        return [((), arr)]
+    seen: dict[tuple[Any, ...], tuple[tuple[slice, ...], np.ndarray]] = {}
+    for shard in arr.addressable_shards:
+        index = tuple(shard.index)
+        marker = tuple((s.start, s.stop, s.step) for s in index)
+        if marker not in seen:
+            seen[marker] = (index, np.asarray(shard.data))
+    return list(seen.values())
+
+
+def host_array(arr: Any) -> np.ndarray:
+    """Return ``arr`` as one host NumPy array (a generic fallback for simple formats).
+
+    Built from :func:`host_pieces`; refuses an array whose blocks this
+    process does not all hold.
+    """
+    if isinstance(arr, np.ndarray):
+        return arr
+    pieces = host_pieces(arr)
+    if len(pieces) == 1 and all(
+        (s.start in (None, 0)) and (s.stop is None or s.stop == n)
+        for s, n in zip(pieces[0][0], arr.shape, strict=False)
+    ):
+        return pieces[0][1]
+    out = np.empty(arr.shape, dtype=arr.dtype)
+    covered = 0
+    for index, piece in pieces:
+        out[index] = piece
+        covered += piece.size
+    if covered < out.size:
+        raise SerializationError(
+            f"an array of shape {arr.shape} is not entirely held by this process; "
+            'export it with format="orbax", which writes each process\'s shards'
+        )
+    return out
+
+
+def place(host: np.ndarray, placement: Placement) -> Any:
+    """Put a host array where ``placement`` says: ``None`` keeps it, a sharding makes a jax.Array.
+
+    Each addressable device receives only its own slice (the generic fallback
+    for formats that cannot read slices themselves).
+    """
+    if placement is None:
+        return host
+    import jax
+
+    if host.dtype == object:  # pragma: no cover - never stored
+        raise SerializationError("object arrays cannot be placed on devices")
+    return jax.make_array_from_callback(host.shape, placement, lambda index: host[index])
 
 
 class OpenedCheckpoint:
@@ -26,12 +114,36 @@ class OpenedCheckpoint:
 
     manifest: bytes
 
-    def read_arrays(self, table: ArrayTable) -> dict[str, np.ndarray]:
-        """Return every array of ``table`` (``key -> (dtype, shape, nbytes)``), checked."""
+    def read_arrays(self, table: ArrayTable, wanted: Mapping[str, Placement]) -> dict[str, Any]:
+        """Read the arrays named in ``wanted`` and put each where its placement says.
+
+        Args:
+            table: the whole arrays table of the manifest, ``key -> ArraySpec``;
+                check it against what the container holds.
+            wanted: the keys to read (a subset for partial restore; other keys
+                are never read) mapped to a placement: ``None`` for a host
+                NumPy array, a ``jax.sharding.Sharding`` for a ``jax.Array``
+                with exactly that sharding (use :func:`place` as a fallback).
+
+        Returns:
+            ``key -> array`` for every key of ``wanted``.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
         """Release the files."""
+
+
+class PendingWrite:
+    """A background write started by :meth:`Format.write_async`."""
+
+    def wait(self) -> None:
+        """Block until the write is committed; raise its error if it failed."""
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        """Return whether the write has finished (successfully or not)."""
+        raise NotImplementedError
 
 
 class Format:
@@ -42,6 +154,14 @@ class Format:
         name: unique name, recorded in the manifest's ``container`` entry.
         suffixes: path suffixes that select this format on export (``(".zip",)``).
         is_directory: whether a checkpoint of this format is a directory.
+        remote_paths: whether URL-like paths (``gs://bucket/ck``) are accepted; a
+            format without it only ever sees local paths.
+        publishes_atomically: whether :meth:`write` commits the checkpoint
+            atomically itself; otherwise :func:`jaxstruct.io.export` hands it a
+            fresh temporary sibling and publishes it with an atomic rename.
+        multiprocess: whether :meth:`write` and :meth:`open` are called in every
+            process of a multi-process run (collectively); otherwise only the
+            primary process writes, and arrays it does not hold are refused.
 
     Example:
         >>> ZipFormat().name, ZipFormat().suffixes
@@ -51,27 +171,51 @@ class Format:
     name: str = ""
     suffixes: tuple[str, ...] = ()
     is_directory: bool = False
+    remote_paths: bool = False
+    publishes_atomically: bool = False
+    multiprocess: bool = False
 
     def write(
         self,
-        target: Path,
+        target: Any,
         manifest: bytes,
-        arrays: Mapping[str, np.ndarray],
+        arrays: Mapping[str, Any],
         *,
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, fsynced."""
+        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, fsynced.
+
+        ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
+        user holds them (possibly sharded); write them shard by shard
+        (:func:`host_pieces`), never gathering a sharded array into one buffer.
+        """
         raise NotImplementedError
 
-    def sniff(self, path: Path) -> bool:
+    def write_async(
+        self,
+        target: Any,
+        manifest: bytes,
+        arrays: Mapping[str, Any],
+        *,
+        compression: str,
+        step: Callable[[str], None],
+    ) -> PendingWrite | None:
+        """Start writing in the background and return a handle, or ``None`` if unsupported.
+
+        With ``None`` (the default), a non-blocking export runs :meth:`write`
+        in a background thread on host copies of the arrays.
+        """
+        return None
+
+    def sniff(self, path: Any) -> bool:
         """Return whether ``path`` (an existing file or directory) looks like this format.
 
         The default claims nothing, so a write-only format never captures a load.
         """
         return False
 
-    def open(self, path: Path, limits: Limits) -> OpenedCheckpoint:
+    def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Open ``path`` for reading, enforcing ``limits`` before allocating."""
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ from typing import Any
 from jaxstruct.registry import SerializationError
 
 from ._checkpoint import open_checkpoint
+from ._formats import ArraySpec
 from ._limits import limits_from_kwargs
 from ._manifest import check_arrays_table
 
@@ -260,7 +261,8 @@ def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
         if check is not None:
             return list(check(table))
         try:  # another format: reading every array through is the check
-            opened.read_arrays(table)
+            specs = {k: ArraySpec(*v) for k, v in table.items()}
+            opened.read_arrays(specs, dict.fromkeys(specs))
         except SerializationError as err:
             return [str(err)]
         return []
