@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="exit with status 1 when a target is missed"
     )
+    parser.add_argument(
+        "--big-rounds", type=int, default=1, help="fresh-process pairs for the one-array load"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
