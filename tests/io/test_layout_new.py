@@ -94,7 +94,7 @@ def test_loaded_jax_arrays_sit_in_aligned_buffers(tmp_path: Path) -> None:
 
 
 def test_auto_stores_random_jax_arrays(tmp_path: Path) -> None:
-    """compression="auto" samples a JAX array's data, not its .npy header: random floats are stored."""
+    """compression="auto" samples a JAX array's data, not its header: random floats are stored."""
     rng = np.random.default_rng(0)
     value = {"w": jnp.asarray(rng.standard_normal(1 << 16, dtype=np.float32))}
     path = jio.export(value, tmp_path / "ck")
