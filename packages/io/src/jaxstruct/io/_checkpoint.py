@@ -179,6 +179,34 @@ def _publish(target: Path, fmt: Format, overwrite: bool, write: Callable[[Path],
     )
 
 
+def _replaces(target: Any, overwrite: bool) -> bool:
+    return overwrite and isinstance(target, Path) and os.path.lexists(target)
+
+
+def _replace_atomically(
+    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
+) -> None:
+    """Overwrite with a self-publishing format: write beside the target, then swap them."""
+    if _multihost.process_count() > 1:
+        raise SerializationError(
+            f"{str(target)!r}: overwrite=True with the {fmt.name!r} format is not supported in a "
+            "multi-process run; export to a new path (CheckpointManager uses one per step)"
+        )
+    tmp = _atomic.temp_sibling(target)
+    old: Path | None = None
+    try:
+        try:
+            fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
+        except OSError as err:
+            raise _disk_error(target, err) from err
+        old = _atomic.exchange(tmp, target)
+        _atomic.fsync_dir(target.parent)
+        _atomic.step("published")
+    finally:
+        _atomic.remove(old if old is not None else tmp)
+    _atomic.step("done")
+
+
 def _write_everywhere(
     target: Any,
     fmt: Format,
@@ -192,6 +220,9 @@ def _write_everywhere(
     """Write and publish the checkpoint (in this thread); return a format's own pending write."""
     step = _atomic.step
     if fmt.multiprocess or _multihost.process_count() == 1:
+        if fmt.publishes_atomically and _replaces(target, overwrite):
+            _replace_atomically(target, fmt, manifest, arrays, compression)
+            return None
         if fmt.publishes_atomically:
             if background:
                 pending = fmt.write_async(
@@ -349,7 +380,11 @@ def export(
         )
         return target
     handle = _async.ExportHandle(target, key)
-    if type(fmt).write_async is Format.write_async or not fmt.publishes_atomically:
+    if (
+        type(fmt).write_async is Format.write_async
+        or not fmt.publishes_atomically
+        or _replaces(target, overwrite)
+    ):
         # The format writes synchronously: copy what the caller may change or donate
         # now, and write from those private copies in a background thread.
         arrays = {k: _async.host_copy(v) for k, v in arrays.items()}
