@@ -33,7 +33,9 @@ import os
 import secrets
 import shutil
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 from jaxstruct.registry import SerializationError
@@ -41,6 +43,7 @@ from jaxstruct.registry import SerializationError
 __all__ = [
     "STEP_HOOK",
     "clean_debris",
+    "drain",
     "exchange",
     "fsync_dir",
     "publish",
@@ -326,5 +329,41 @@ def publish(
     finally:
         # On success this removes the swapped-out old checkpoint; on failure the
         # half-written temporary. The target itself is never touched here.
-        remove(old if old is not None else tmp)
+        if old is not None and old.is_dir():
+            _remove_later(old)
+        else:
+            remove(old if old is not None else tmp)
     step("done")
+
+
+def _remove_later(path: Path) -> None:
+    """Delete a swapped-out old checkpoint on the worker pool (unlinking is slow on some disks).
+
+    It already sits under a temporary name that carries this process's id:
+    if the process dies first, the next export to the target removes it.
+    """
+    if STEP_HOOK is not None:  # crash tests observe every step on the calling thread
+        remove(path)
+        return
+    from ._zip import pool
+
+    with _PENDING_LOCK:
+        _PENDING.append(pool().submit(remove, path))
+        _PENDING[:] = [f for f in _PENDING if not f.done()]
+
+
+_PENDING: list[Future[None]] = []
+_PENDING_LOCK = threading.Lock()
+
+
+def drain() -> None:
+    """Wait until every old checkpoint scheduled for removal is gone.
+
+    Interpreter exit waits for them anyway; ``os._exit`` does not (what it
+    leaves behind is removed by the next export to the same target).
+    """
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+        _PENDING.clear()
+    for future in pending:
+        future.result()

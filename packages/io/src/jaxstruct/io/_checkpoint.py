@@ -101,7 +101,7 @@ def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint
     opened = fmt.open(path, limits)
     try:
         top = parse_manifest(opened.manifest, where)
-        if top["container"] != fmt.name:
+        if top["container"] != fmt.name and top["container"] not in getattr(fmt, "also_reads", ()):
             raise SerializationError(
                 f"{where}: the manifest says container {top['container']!r} but the file is a "
                 f"{fmt.name!r} checkpoint"
@@ -151,7 +151,7 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> None:
                 f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
                 "another path"
             )
-        if not is_checkpoint(target, fmt):
+        if not _is_ours(fmt)(target):
             raise SerializationError(
                 f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
                 "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
@@ -174,7 +174,7 @@ def _publish(target: Path, fmt: Format, overwrite: bool, write: Callable[[Path],
         target,
         write,
         overwrite=overwrite,
-        is_ours=lambda existing: is_checkpoint(existing, fmt),
+        is_ours=_is_ours(fmt),
         what=f"{fmt.name} checkpoint",
     )
 
@@ -205,6 +205,13 @@ def _replace_atomically(
     finally:
         _atomic.remove(old if old is not None else tmp)
     _atomic.step("done")
+
+
+def _is_ours(fmt: Format) -> Callable[[Path], bool]:
+    """Whether an existing path may be replaced: the format's cheap ``owns`` check if it has
+    one (the built-ins read a few bytes), else a full open of the checkpoint."""
+    owns = getattr(fmt, "owns", None)
+    return owns if owns is not None else (lambda existing: is_checkpoint(existing, fmt))
 
 
 def _write_everywhere(
