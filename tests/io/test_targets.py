@@ -274,3 +274,15 @@ def test_target_walk_survives_a_shared_node(tmp_path: Path) -> None:
             archive.writestr(name, data)
     with pytest.raises(SerializationError):
         jio.load(bad, target={"a": [[None, None], [None, None]]})
+
+
+class Converted(js.Struct):
+    a: Any = js.field(converter=jnp.asarray)
+
+
+def test_partial_restore_with_value_converters_reads_everything(tmp_path: Path, spy: _Spy) -> None:
+    """When a class's converter needs real arrays, select= still works, reading every array."""
+    path = jio.export({"c": Converted(a=np.ones(3, np.float32)), "y": np.zeros(2)}, tmp_path / "ck")
+    y = jio.load(path, select=lambda s: s["y"])
+    np.testing.assert_array_equal(y, np.zeros(2))
+    assert spy.wanted == [{"a0", "a1"}]

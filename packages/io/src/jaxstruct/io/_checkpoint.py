@@ -448,7 +448,9 @@ def load(
         select: partial restore: a function picking part of the stored value
             (``lambda s: s.params``, or one returning a
             :class:`jaxstruct.core.Selection`); only the arrays inside that
-            part are read, and ``load`` returns ``select(value)``.
+            part are read, and ``load`` returns ``select(value)``. (When a
+            converter, validator or migration of the stored classes needs real
+            array values to rebuild the structure, every array is read.)
         load_cls: the expected class of the root value (also used to resolve
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
@@ -493,11 +495,18 @@ def load(
         stand_ins: dict[str, Any] = {}
         if select is not None:
             stand_ins = _abstract_arrays(table, wanted)
-            skeleton = decode_state(
-                manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
-            )
-            picked = _selected_keys(select, skeleton, stand_ins, where)
-            wanted = {k: wanted[k] for k in wanted if k in picked}
+            try:
+                skeleton = decode_state(
+                    manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
+                )
+            except SerializationError:
+                # A converter, validator or migration of the stored classes needs real
+                # array values to rebuild the structure: read everything instead.
+                stand_ins = {}
+            else:
+                picked = _selected_keys(select, skeleton, stand_ins, where)
+                wanted = {k: wanted[k] for k in wanted if k in picked}
+                stand_ins = {k: v for k, v in stand_ins.items() if k not in wanted}
         arrays = opened.read_arrays(table, wanted)
     finally:
         opened.close()
