@@ -141,9 +141,13 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 def _first_sample(member: Member) -> bytes:
     if member.sample is not None:
         return member.sample
+    # The first chunk may be a short header: gather enough of the content.
+    sample = bytearray()
     for chunk in member.chunks():
-        return bytes(chunk[: 3 * _SAMPLE])
-    return b""
+        sample += bytes(chunk[: 3 * _SAMPLE - len(sample)])
+        if len(sample) >= 3 * _SAMPLE:
+            break
+    return bytes(sample)
 
 
 def _crc_of(chunks: Iterable[Chunk]) -> int:
