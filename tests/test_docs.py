@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC_PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-LAYERS = ("registry", "core", "io", "abc", "testing")
+LAYERS = ("registry", "core", "io", "orbax", "abc", "testing")
 
 
 def _modules() -> list[str]:

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
-import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -58,22 +57,7 @@ def _finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
     return results
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A checkpoint saved by two processes (which also check their restores and built-ins)."""
-    directory = tmp_path_factory.mktemp("two-processes")
-    for i, (code, out, err) in enumerate(_finish(_start("save_restore", directory))):
-        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
-    return directory / "ck"
-
-
-def test_two_processes_save_and_restore(saved: Path) -> None:
-    """Both processes saved an array sharded across them and restored it in two shardings."""
-    assert (saved / "_CHECKPOINT_METADATA").is_file()
-
-
-def test_restore_in_one_process_with_eight_devices(saved: Path) -> None:
-    """The 2-process checkpoint restores here, sharded over 8 local devices."""
+def _restore_with_eight_devices(saved: Path) -> None:
     sharding = NamedSharding(jax.make_mesh((8,), ("x",)), P(None, "x"))
     target = {
         "a": jax.ShapeDtypeStruct((16, 8), jnp.float32, sharding=sharding),
@@ -87,8 +71,7 @@ def test_restore_in_one_process_with_eight_devices(saved: Path) -> None:
     np.testing.assert_array_equal(np.asarray(back["r"]), expected)
 
 
-def test_restore_in_one_process_with_one_device(saved: Path) -> None:
-    """The 2-process checkpoint restores in a process that has a single device."""
+def _restore_with_one_device(saved: Path) -> None:
     code = (
         "import sys, numpy as np, jax, jaxstruct.io as jio\n"
         "assert jax.device_count() == 1\n"
@@ -107,6 +90,18 @@ def test_restore_in_one_process_with_one_device(saved: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "True"
+
+
+def test_two_process_checkpoint_restores_anywhere(tmp_path: Path) -> None:
+    """Saved by 2 processes, it restores in 2 (two shardings), in 1 with 8 devices and with 1."""
+    # The two processes also restore into two shardings and check the built-in
+    # formats' rules (replicated data written once, cross-process arrays refused).
+    for i, (code, out, err) in enumerate(_finish(_start("save_restore", tmp_path))):
+        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
+    saved = tmp_path / "ck"
+    assert (saved / "_CHECKPOINT_METADATA").is_file()
+    _restore_with_eight_devices(saved)
+    _restore_with_one_device(saved)
 
 
 def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> None:

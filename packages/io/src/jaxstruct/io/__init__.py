@@ -4,7 +4,15 @@ from ._async import ExportHandle
 from ._checkpoint import export, load
 from ._codecs import Codec
 from ._errors import CheckpointWriteError
-from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, host_pieces, place
+from ._formats import (
+    ArraySpec,
+    Format,
+    OpenedCheckpoint,
+    PendingWrite,
+    host_array,
+    host_pieces,
+    place,
+)
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
@@ -37,6 +45,7 @@ __all__ = [
     "export",
     "from_state_dict",
     "hookimpl",
+    "host_array",
     "host_pieces",
     "inspect",
     "load",

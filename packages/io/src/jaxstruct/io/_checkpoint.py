@@ -179,6 +179,34 @@ def _publish(target: Path, fmt: Format, overwrite: bool, write: Callable[[Path],
     )
 
 
+def _replaces(target: Any, overwrite: bool) -> bool:
+    return overwrite and isinstance(target, Path) and os.path.lexists(target)
+
+
+def _replace_atomically(
+    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
+) -> None:
+    """Overwrite with a self-publishing format: write beside the target, then swap them."""
+    if _multihost.process_count() > 1:
+        raise SerializationError(
+            f"{str(target)!r}: overwrite=True with the {fmt.name!r} format is not supported in a "
+            "multi-process run; export to a new path (CheckpointManager uses one per step)"
+        )
+    tmp = _atomic.temp_sibling(target)
+    old: Path | None = None
+    try:
+        try:
+            fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
+        except OSError as err:
+            raise _disk_error(target, err) from err
+        old = _atomic.exchange(tmp, target)
+        _atomic.fsync_dir(target.parent)
+        _atomic.step("published")
+    finally:
+        _atomic.remove(old if old is not None else tmp)
+    _atomic.step("done")
+
+
 def _is_ours(fmt: Format) -> Callable[[Path], bool]:
     """Whether an existing path may be replaced: the format's cheap ``owns`` check if it has
     one (the built-ins read a few bytes), else a full open of the checkpoint."""
@@ -199,6 +227,9 @@ def _write_everywhere(
     """Write and publish the checkpoint (in this thread); return a format's own pending write."""
     step = _atomic.step
     if fmt.multiprocess or _multihost.process_count() == 1:
+        if fmt.publishes_atomically and _replaces(target, overwrite):
+            _replace_atomically(target, fmt, manifest, arrays, compression)
+            return None
         if fmt.publishes_atomically:
             if background:
                 pending = fmt.write_async(
@@ -356,7 +387,11 @@ def export(
         )
         return target
     handle = _async.ExportHandle(target, key)
-    if type(fmt).write_async is Format.write_async or not fmt.publishes_atomically:
+    if (
+        type(fmt).write_async is Format.write_async
+        or not fmt.publishes_atomically
+        or _replaces(target, overwrite)
+    ):
         # The format writes synchronously: copy what the caller may change or donate
         # now, and write from those private copies in a background thread.
         arrays = {k: _async.host_copy(v) for k, v in arrays.items()}
@@ -413,7 +448,9 @@ def load(
         select: partial restore: a function picking part of the stored value
             (``lambda s: s.params``, or one returning a
             :class:`jaxstruct.core.Selection`); only the arrays inside that
-            part are read, and ``load`` returns ``select(value)``.
+            part are read, and ``load`` returns ``select(value)``. (When a
+            converter, validator or migration of the stored classes needs real
+            array values to rebuild the structure, every array is read.)
         load_cls: the expected class of the root value (also used to resolve
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
@@ -458,11 +495,18 @@ def load(
         stand_ins: dict[str, Any] = {}
         if select is not None:
             stand_ins = _abstract_arrays(table, wanted)
-            skeleton = decode_state(
-                manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
-            )
-            picked = _selected_keys(select, skeleton, stand_ins, where)
-            wanted = {k: wanted[k] for k in wanted if k in picked}
+            try:
+                skeleton = decode_state(
+                    manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
+                )
+            except SerializationError:
+                # A converter, validator or migration of the stored classes needs real
+                # array values to rebuild the structure: read everything instead.
+                stand_ins = {}
+            else:
+                picked = _selected_keys(select, skeleton, stand_ins, where)
+                wanted = {k: wanted[k] for k in wanted if k in picked}
+                stand_ins = {k: v for k, v in stand_ins.items() if k not in wanted}
         arrays = opened.read_arrays(table, wanted)
     finally:
         opened.close()

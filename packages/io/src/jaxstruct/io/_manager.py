@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import re
 import threading
@@ -31,6 +32,17 @@ __all__ = ["CheckpointManager"]
 
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
+
+
+def _step_number(step: Any) -> int:
+    """``step`` as an int (integer scalars of NumPy or JAX included), checked non-negative."""
+    try:
+        number = operator.index(step) if not isinstance(step, bool) else -1
+    except TypeError:
+        number = -1
+    if number < 0:
+        raise SerializationError(f"save(): step must be a non-negative int, got {step!r}")
+    return number
 
 
 class CheckpointManager:
@@ -149,7 +161,7 @@ class CheckpointManager:
         """Save ``obj`` as ``step`` (in the background unless ``blocking=True``).
 
         Args:
-            step: a non-negative int, not already saved.
+            step: a non-negative int (or integer scalar array), not already saved.
             obj: the value to store.
             metrics: JSON-serialisable numbers describing the step (for
                 ``best_metric`` retention).
@@ -159,8 +171,7 @@ class CheckpointManager:
             SerializationError: ``obj`` or ``metrics`` cannot be stored, or the
                 previous background save failed (its error is raised here).
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise SerializationError(f"save(): step must be a non-negative int, got {step!r}")
+        step = _step_number(step)
         self.wait()
         path = self.path_of(step)
         if os.path.lexists(path):

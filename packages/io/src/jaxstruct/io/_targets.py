@@ -200,8 +200,12 @@ def placements(
     if type(root) is not int or not 0 <= root < len(nodes):
         return out  # the decoder reports the malformed manifest
     stack: list[tuple[int, Any, str]] = [(root, target, "root")]
+    visited = bytearray(len(nodes))
     while stack:
         index, sub, path = stack.pop()
+        if visited[index]:
+            continue  # a node with two parents: malformed, and the decoder says so
+        visited[index] = 1
         node = nodes[index]
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             continue  # malformed: the decoder names it

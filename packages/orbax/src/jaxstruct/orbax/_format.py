@@ -26,7 +26,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from jaxstruct.io import ArraySpec, Format, Limits, OpenedCheckpoint, PendingWrite, place
+from jaxstruct.io import (
+    ArraySpec,
+    Format,
+    Limits,
+    OpenedCheckpoint,
+    PendingWrite,
+    host_array,
+    place,
+)
 from jaxstruct.registry import SerializationError
 
 __all__ = ["OrbaxFormat"]
@@ -94,8 +102,6 @@ def _to_storage(arr: Any, native: frozenset[np.dtype]) -> tuple[Any, dict[str, s
             return arr, {}
         if dtype == np.bool_:
             return arr.astype(np.uint8), {"as": "bool"}
-        from jaxstruct.io._formats import host_array
-
         arr = host_array(arr)  # a rare dtype tensorstore lacks: stored as raw bytes
     layout: dict[str, str] = {"order": "F"} if _fortran(arr) else {}
     if dtype in native:
@@ -405,9 +411,9 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                 import jax
 
                 item[key] = jax.ShapeDtypeStruct(shape, dtype, sharding=placement)
-                restore_args[key] = ocp.ArrayRestoreArgs(
-                    sharding=placement, global_shape=shape, dtype=dtype
-                )
+                # Shape and dtype were checked against the manifest above: passing them
+                # again would make orbax convert (an extra copy of every array).
+                restore_args[key] = ocp.ArrayRestoreArgs(sharding=placement)
         checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
         try:
             restored = checkpointer.restore(
