@@ -9,6 +9,8 @@ from hypothesis import HealthCheck, settings
 
 # Implicit dtype promotion hides bugs in array handling; the suite runs strict.
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+# Eight CPU devices, so sharded arrays and restore targets are tested in-process.
+jax.config.update("jax_num_cpu_devices", 8)
 
 settings.register_profile(
     "ci",

@@ -73,3 +73,17 @@ def test_benchmark_report_names_the_interpreter() -> None:
     ).stdout
     named = f"Interpreter: {platform.python_implementation()} {platform.python_version()} ("
     assert out.startswith(named), out.splitlines()[0]
+
+
+def test_orbax_benchmark_runs_and_reports_ratios() -> None:
+    """A tiny run of bench_orbax.py prints its four ratio rows."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_orbax.py"), "--gib=0.01", "--small=50", "--repeats=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].split()[0] for r in rows[1:]] == ["save", "restore", "blocking", "save"]
+    assert "x" in rows[1].split("|")[3]

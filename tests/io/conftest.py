@@ -17,7 +17,7 @@ import pytest
 
 # "tar" is the format of the example plugin jaxstruct-plugin-tar (a workspace dev
 # dependency): every round trip also goes through a third-party format.
-FORMS = ("state", "directory", "zip", "tar")
+FORMS = ("state", "directory", "zip", "tar", "orbax")
 
 
 def _bits(x: float) -> bytes:
@@ -89,7 +89,7 @@ def roundtrip(form: str, tmp_path: Path) -> Callable[..., Any]:
             return jio.from_state_dict(jio.to_state_dict(value), **kw)
         suffix = {"zip": ".zip", "tar": ".tar"}.get(form, "")
         path = tmp_path / f"ckpt{next(counter)}{suffix}"
-        jio.export(value, path)
+        jio.export(value, path, format="orbax" if form == "orbax" else None)
         return jio.load(path, **kw)
 
     return run

@@ -14,10 +14,10 @@ import os
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
-from jaxstruct.io import Format, Limits, OpenedCheckpoint, hookimpl
+from jaxstruct.io import ArraySpec, Format, Limits, OpenedCheckpoint, hookimpl, host_pieces, place
 from jaxstruct.registry import SerializationError
 
 __all__ = ["TarFormat", "jaxstruct_register_formats"]
@@ -52,6 +52,42 @@ def _raw_bytes(arr: np.ndarray, order: Order) -> memoryview:
     return memoryview(flat.view(np.uint8))  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
 
 
+def _write_sharded(handle: BinaryIO, name: str, arr: Any) -> None:
+    """Write the member ``name`` holding ``arr`` in C order, one leading-axis block at a time."""
+    pieces = host_pieces(arr)
+    nbytes = int(np.prod(arr.shape, dtype=np.int64)) * np.dtype(arr.dtype).itemsize
+    info = tarfile.TarInfo(name)
+    info.size = nbytes
+    info.mode = 0o644
+    info.mtime = 0
+    handle.write(info.tobuf(format=tarfile.PAX_FORMAT))
+    if arr.ndim == 0 or all(
+        all(
+            s.start in (None, 0) and s.stop in (None, n)
+            for s, n in zip(idx[1:], arr.shape[1:], strict=False)
+        )
+        for idx, _ in pieces
+    ):
+        # Blocks split the leading axis only (or nothing): each is contiguous in the file.
+        def start(item: tuple[tuple[slice, ...], np.ndarray]) -> int:
+            return (item[0][0].start or 0) if item[0] else 0
+
+        for _, piece in sorted(pieces, key=start):
+            handle.write(_raw_bytes(piece, "C"))
+    else:
+        # Blocks split inner axes: write one leading-axis row at a time.
+        for row in range(arr.shape[0]):
+            out = np.empty(arr.shape[1:], dtype=arr.dtype)
+            for idx, piece in pieces:
+                lead = idx[0] if idx else slice(None)
+                lo = lead.start or 0
+                hi = arr.shape[0] if lead.stop is None else lead.stop
+                if lo <= row < hi:
+                    out[idx[1:]] = piece[row - lo]
+            handle.write(_raw_bytes(out, "C"))
+    handle.write(b"\0" * (-nbytes % _BLOCK))
+
+
 def _member_name(key: str, order: Order) -> str:
     return key + (".F" if order == "F" else "") + _SUFFIX
 
@@ -67,7 +103,7 @@ class TarFormat(Format):
         self,
         target: Path,
         manifest: bytes,
-        arrays: Mapping[str, np.ndarray],
+        arrays: Mapping[str, Any],
         *,
         compression: str,
         step: Callable[[str], None],
@@ -81,10 +117,16 @@ class TarFormat(Format):
         with open(target, "xb") as handle:
             _write_member(handle, MANIFEST, memoryview(manifest))
             step(MANIFEST)
-            for key, arr in arrays.items():
-                order = _order(arr)
-                name = _member_name(key, order)
-                _write_member(handle, name, _raw_bytes(arr, order))
+            for key, value in arrays.items():
+                if isinstance(value, np.ndarray):
+                    order = _order(value)
+                    name = _member_name(key, order)
+                    _write_member(handle, name, _raw_bytes(value, order))
+                else:
+                    # A jax.Array, possibly sharded: write it block by block in C order
+                    # without ever assembling it in one host buffer.
+                    name = _member_name(key, "C")
+                    _write_sharded(handle, name, value)
                 step(name)
             handle.write(b"\0" * (2 * _BLOCK))  # end of archive
             handle.flush()
@@ -169,8 +211,8 @@ class _TarCheckpoint(OpenedCheckpoint):
         self.handle.close()
 
     def read_arrays(
-        self, table: Mapping[str, tuple[np.dtype, tuple[int, ...], int]]
-    ) -> dict[str, np.ndarray]:
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
         names: dict[str, tuple[str, Order]] = {}  # member name -> (key, order)
         for key in table:
             fortran = _member_name(key, "F")
@@ -193,8 +235,10 @@ class _TarCheckpoint(OpenedCheckpoint):
                     f"{self.where}: member {name!r} holds {size} bytes, but array {key!r} "
                     f"needs {nbytes}"
                 )
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, Any] = {}
         for name, (key, order) in names.items():
+            if key not in wanted:
+                continue  # partial restore: never read
             dtype, shape, nbytes = table[key]
             arr = np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
             self.handle.seek(self.members[name][0])
@@ -202,7 +246,7 @@ class _TarCheckpoint(OpenedCheckpoint):
             view = memoryview(flat)  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
             if nbytes and self.handle.readinto(view) != nbytes:  # type: ignore[attr-defined]
                 raise SerializationError(f"{self.where}: member {name!r} is truncated")
-            out[key] = arr
+            out[key] = place(arr, wanted[key])
         return out
 
 

@@ -12,11 +12,17 @@ moved into place:
 * with ``overwrite``: a file is replaced with ``os.replace``; a directory is
   swapped with ``renameat2(RENAME_EXCHANGE)`` and the old one, now under the
   temporary name, is deleted afterwards. At every instant the old or the new
-  checkpoint is at the target path. (Without ``renameat2`` the directory swap
-  falls back to two renames, with a short window where the path is missing.)
+  checkpoint is at the target path. Without ``renameat2`` the directory swap
+  falls back to two renames: the old checkpoint is first *parked* under
+  ``.<name>.jaxstruct-old-<pid>-<random>``, then the new one is renamed into
+  place. A crash between the two leaves no checkpoint at the target, so the
+  next export to that target first moves the parked checkpoint back. If
+  another ``overwrite=True`` writer creates the target first, the loser
+  replaces it: both succeed and one whole checkpoint remains.
 
 Temporaries left by a killed process carry its pid; the next export to the
-same target removes those whose process is gone. They never block an export.
+same target removes those whose process is gone (after recovering a parked
+checkpoint). They never block an export.
 """
 
 from __future__ import annotations
@@ -27,15 +33,30 @@ import os
 import secrets
 import shutil
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
-__all__ = ["STEP_HOOK", "clean_debris", "exchange", "rename_noreplace", "step", "temp_sibling"]
+from jaxstruct.registry import SerializationError
+
+__all__ = [
+    "STEP_HOOK",
+    "clean_debris",
+    "drain",
+    "exchange",
+    "fsync_dir",
+    "publish",
+    "rename_noreplace",
+    "step",
+    "temp_sibling",
+]
 
 # Test hook: called with the name of each step boundary of an export.
 STEP_HOOK: Callable[[str], None] | None = None
 
 _TMP = ".jaxstruct-tmp-"
+_PARKED = ".jaxstruct-old-"
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -47,9 +68,21 @@ def step(name: str) -> None:
         STEP_HOOK(name)
 
 
-def temp_sibling(target: Path) -> Path:
+def temp_sibling(target: Path, kind: str = _TMP) -> Path:
     """Return a fresh temporary path next to ``target``."""
-    return target.with_name(f".{target.name}{_TMP}{os.getpid()}-{secrets.token_hex(6)}")
+    return target.with_name(f".{target.name}{kind}{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -75,19 +108,47 @@ def remove(path: Path) -> None:
         pass
 
 
+def _dead_debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
+    """Split leftovers of dead processes into ``(temporaries, parked checkpoints)``."""
+    temps: list[Path] = []
+    parked: list[Path] = []
+    for kind, out in ((_TMP, temps), (_PARKED, parked)):
+        prefix = f".{target.name}{kind}"
+        for name in names:
+            if not name.startswith(prefix):
+                continue
+            pid_text = name[len(prefix) :].partition("-")[0]
+            if pid_text.isdigit() and not _alive(int(pid_text)):
+                out.append(target.parent / name)
+    return temps, parked
+
+
 def clean_debris(target: Path) -> None:
-    """Remove temporaries of ``target`` left behind by processes that no longer exist."""
-    prefix = f".{target.name}{_TMP}"
+    """Remove leftovers of ``target`` from dead processes, recovering a parked checkpoint first.
+
+    A checkpoint parked by a process killed between the two renames of the
+    fallback swap is moved back to ``target`` when nothing is there; only
+    then is anything deleted.
+    """
+    prefix = f".{target.name}."
     try:
-        names = os.listdir(target.parent)
+        names = [n for n in os.listdir(target.parent) if n.startswith(prefix)]
     except OSError:
         return
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        pid_text = name[len(prefix) :].partition("-")[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
-            remove(target.parent / name)
+    if not names:
+        return
+    temps, parked = _dead_debris(target, names)
+    if parked and not os.path.lexists(target):
+        for candidate in parked:
+            try:
+                rename_noreplace(candidate, target)
+            except OSError:
+                continue
+            fsync_dir(target.parent)
+            parked.remove(candidate)
+            break
+    for path in (*temps, *parked):
+        remove(path)
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
@@ -133,13 +194,176 @@ def rename_noreplace(src: Path, dst: Path) -> None:
 
 
 def exchange(src: Path, dst: Path) -> Path:
-    """Put ``src`` at the existing ``dst`` atomically; return where the old ``dst`` went."""
+    """Put ``src`` at the existing ``dst`` atomically; return where the old ``dst`` went.
+
+    Raises:
+        FileNotFoundError: ``dst`` vanished meanwhile (nothing was moved).
+    """
     if not src.is_dir():
         os.replace(src, dst)
         return src  # nothing left at src
-    if _renameat2(src, dst, _RENAME_EXCHANGE):
-        return src
-    old = temp_sibling(dst)
-    os.rename(dst, old)
-    os.rename(src, dst)
+    try:
+        if _renameat2(src, dst, _RENAME_EXCHANGE):
+            return src
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, "target vanished", str(dst)) from None
+        raise
+    old = temp_sibling(dst, _PARKED)
+    os.rename(dst, old)  # FileNotFoundError if dst vanished
+    step("parked")
+    try:
+        os.rename(src, dst)
+    except OSError:
+        # Put the old checkpoint back before reporting the failure.
+        try:
+            rename_noreplace(old, dst)
+        except OSError:
+            pass
+        raise
     return old
+
+
+def _make_parents(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each made durable in its own parent."""
+    missing: list[Path] = []
+    here = directory
+    while not here.is_dir():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+        fsync_dir(path.parent)
+
+
+def publish(
+    target: Path,
+    write: Callable[[Path], None],
+    *,
+    overwrite: bool,
+    is_ours: Callable[[Path], bool],
+    what: str = "checkpoint",
+) -> None:
+    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
+
+    ``write(tmp)`` creates the whole checkpoint, fsynced, at a fresh temporary
+    sibling ``tmp``; it is then moved into place atomically and the parent
+    directory is fsynced. Missing parent directories are created.
+
+    Args:
+        target: absolute path of the checkpoint.
+        write: creates the checkpoint at the path it is given.
+        overwrite: whether an existing checkpoint may be replaced.
+        is_ours: whether an existing path is a checkpoint that ``overwrite`` may replace.
+        what: names what ``is_ours`` accepts in messages (``"zip checkpoint"``).
+
+    Raises:
+        FileExistsError: ``target`` exists and ``overwrite`` is false.
+        SerializationError: ``target`` exists and is not a checkpoint ``is_ours`` accepts.
+        CheckpointWriteError: ``write`` failed with an ``OSError``; nothing was replaced.
+    """
+    from ._errors import CheckpointWriteError
+
+    def refuse_existing() -> None:
+        if not overwrite:
+            raise FileExistsError(
+                f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
+                "another path"
+            )
+        if not is_ours(target):
+            raise SerializationError(
+                f"{str(target)!r} exists and is not a jaxstruct {what}; "
+                "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
+                "another path"
+            )
+
+    checked = os.path.lexists(target)
+    if checked:
+        refuse_existing()
+    else:
+        _make_parents(target.parent)
+    clean_debris(target)
+    if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
+        refuse_existing()
+        checked = True
+    tmp = temp_sibling(target)
+    old: Path | None = None
+    try:
+        try:
+            write(tmp)
+        except OSError as err:
+            raise CheckpointWriteError(
+                err.errno,
+                f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
+                "nothing was replaced and any previous checkpoint there is intact. Free disk "
+                "space or fix the permissions, then export again",
+            ) from err
+        step("written")
+        while True:
+            if os.path.lexists(target):
+                if not checked:
+                    refuse_existing()  # someone else created it during this export
+                try:
+                    old = exchange(tmp, target)
+                    break
+                except FileNotFoundError:
+                    continue  # it vanished again: publish as new
+            try:
+                rename_noreplace(tmp, target)
+                break
+            except FileExistsError:
+                if not overwrite:
+                    raise FileExistsError(
+                        f"{str(target)!r} was created by someone else during this export; "
+                        "pass overwrite=True to replace it"
+                    ) from None
+                checked = False
+        fsync_dir(target.parent)
+        step("published")
+    finally:
+        # On success this removes the swapped-out old checkpoint; on failure the
+        # half-written temporary. The target itself is never touched here.
+        if old is not None and old.is_dir():
+            _remove_later(old)
+        else:
+            remove(old if old is not None else tmp)
+    step("done")
+
+
+def _remove_later(path: Path) -> None:
+    """Delete a swapped-out old checkpoint on the worker pool (unlinking is slow on some disks).
+
+    It already sits under a temporary name that carries this process's id:
+    if the process dies first, the next export to the target removes it.
+    """
+    if STEP_HOOK is not None:  # crash tests observe every step on the calling thread
+        remove(path)
+        return
+    from ._zip import pool
+
+    with _PENDING_LOCK:
+        _PENDING.append(pool().submit(remove, path))
+        _PENDING[:] = [f for f in _PENDING if not f.done()]
+
+
+_PENDING: list[Future[None]] = []
+_PENDING_LOCK = threading.Lock()
+
+
+def drain() -> None:
+    """Wait until every old checkpoint scheduled for removal is gone.
+
+    Interpreter exit waits for them anyway; ``os._exit`` does not (what it
+    leaves behind is removed by the next export to the same target).
+    """
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+        _PENDING.clear()
+    for future in pending:
+        future.result()

@@ -147,7 +147,7 @@ class _Decoder:
         self,
         nodes: list[Any],
         meta: Mapping[str, Any],
-        arrays: Mapping[str, np.ndarray],
+        arrays: Mapping[str, Any],
         *,
         resolver: Resolver,
         limits: Limits,
@@ -274,15 +274,32 @@ class _Decoder:
         weak = want_jax and len(node) == 3 and node[2] == "weak"
         if len(node) != 2 and not weak:
             raise _NodeError("malformed array node")
-        key = _str(node[1], "array key")
+        arr = self._take(node[1])
+        if not isinstance(arr, np.ndarray):
+            # Already placed on devices by a restore target, or left unread by a
+            # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
+            return arr
+        if not want_jax:
+            return arr
+        self._check_x64(arr)
+        if weak:
+            restored = _weakly_typed(arr)
+            if restored is not None:
+                return restored
+        import jax
+
+        return jax.device_put(arr)  # an aligned host buffer is adopted without a copy
+
+    def _take(self, raw_key: object) -> Any:
+        key = _str(raw_key, "array key")
         if key not in self.arrays or key not in self.meta:
             raise _NodeError(f"array {key!r} is not in the arrays table")
         if key in self.arrays_used:
             raise _NodeError(f"array {key!r} is referenced twice")
         self.arrays_used.add(key)
-        arr = self.arrays[key]
-        if not want_jax:
-            return arr
+        return self.arrays[key]
+
+    def _check_x64(self, arr: np.ndarray) -> None:
         import jax
 
         wide = arr.dtype.itemsize == (16 if arr.dtype.kind == "c" else 8)
@@ -292,11 +309,23 @@ class _Decoder:
                 "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
                 "before loading"
             )
-        if weak:
-            restored = _weakly_typed(arr)
-            if restored is not None:
-                return restored
-        return jax.numpy.asarray(arr)
+
+    def prng_key(self, node: list[Any]) -> Any:
+        if len(node) != 3:
+            raise _NodeError("malformed prngkey node")
+        impl = _str(node[2], "PRNG implementation name")
+        data = self._take(node[1])
+        import jax
+
+        if isinstance(data, jax.ShapeDtypeStruct):
+            return data  # left unread by a partial restore
+        try:
+            return jax.random.wrap_key_data(data, impl=impl)
+        except Exception as err:
+            raise _NodeError(
+                f"cannot rebuild a PRNG key of implementation {impl!r} from data of shape "
+                f"{tuple(data.shape)} ({type(err).__name__}: {err})"
+            ) from None
 
 
 def _weakly_typed(arr: np.ndarray) -> Any:
@@ -468,6 +497,10 @@ def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     return d.array(node, want_jax=node[0] == "jaxarray"), []
 
 
+def _h_prngkey(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    return d.prng_key(node), []
+
+
 def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if (
         len(node) != 4
@@ -618,6 +651,7 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
     "npscalar": _h_npscalar,
     "array": _h_array,
     "jaxarray": _h_array,
+    "prngkey": _h_prngkey,
     "struct": _h_struct,
     "pytree": _h_pytree,
     "codec": _h_codec,
@@ -627,7 +661,7 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
 def decode_state(
     manifest: Mapping[str, Any],
     meta: Mapping[str, Any],
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, Any],
     *,
     resolver: Resolver,
     limits: Limits,

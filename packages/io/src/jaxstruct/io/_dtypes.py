@@ -47,7 +47,7 @@ _NUMPY_STR = re.compile(
 )
 
 
-def dtype_name(dtype: np.dtype, where: str) -> str:
+def dtype_name(dtype: np.dtype, where: object) -> str:
     """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly.
 
     Raises:

@@ -24,6 +24,8 @@ Each node is a JSON array whose first item is a tag:
 ``["npscalar", dtype, hex]``  a NumPy scalar, bit-exact
 ``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table;
                       ``["jaxarray", key, "weak"]`` for a weakly typed JAX array
+``["prngkey", key, impl]``  a typed JAX PRNG key array: its key data is the entry
+                      ``key``, ``impl`` names its implementation (``"threefry2x32"``)
 ``["struct", ref, version, {field: c}]``
 ``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
                       when ``payload`` came from its serializer, ``"a"`` for raw aux data
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import gc
 import math
 import pathlib
 import struct
@@ -94,11 +97,48 @@ def _remember_class(cls: type) -> str:
     return ref
 
 
+class _Path:
+    """Where a value sits in the exported tree, built only when a message needs it.
+
+    Each node keeps its parent and one step, so the pending frames of a walk
+    cost memory linear in the depth; the text (``root.layers[3].w``) is made by
+    ``str()`` on an error.
+    """
+
+    __slots__ = ("arg", "kind", "parent")
+
+    def __init__(self, parent: _Path | None, kind: str, arg: Any) -> None:
+        self.parent = parent
+        self.kind = kind
+        self.arg = arg
+
+    def __str__(self) -> str:
+        steps: list[str] = []
+        node: _Path | None = self
+        while node is not None:
+            kind, arg = node.kind, node.arg
+            if kind == "index":
+                steps.append(f"[{arg}]")
+            elif kind == "key":
+                steps.append(f".<key {_short(arg)}>")
+            elif kind == "item":
+                steps.append(f"[{_short(arg)}]")
+            elif kind == "attr":
+                steps.append(f".{arg}")
+            else:  # "text": a literal step, or the root's name
+                steps.append(arg)
+            node = node.parent
+        return "".join(reversed(steps))
+
+
+_ROOT = _Path(None, "text", "root")
+
+
 class _Encoder:
     def __init__(self) -> None:
         self.nodes: list[list[Any]] = []
         self.meta: dict[str, dict[str, Any]] = {}
-        self.data: dict[str, np.ndarray] = {}
+        self.data: dict[str, Any] = {}  # numpy.ndarray or jax.Array, as the user holds it
         self._codecs: Any = None
 
     def _codec_for(self, cls: type) -> Any:
@@ -108,17 +148,43 @@ class _Encoder:
             self._codecs = current_registry()
         return self._codecs.codec_for_type(cls)
 
-    def _array(self, arr: np.ndarray, path: str, tag: str) -> list[Any]:
+    def _array(self, arr: Any, path: _Path, tag: str) -> list[Any]:
         name = dtype_name(arr.dtype, path)
         key = f"a{len(self.data)}"
         self.meta[key] = {"dtype": name, "shape": list(arr.shape)}
         self.data[key] = arr
         return [tag, key]
 
+    def _jax_array(self, value: Any, path: _Path) -> list[Any]:
+        # The array is kept as the user holds it (possibly sharded over devices or
+        # processes): the format writes it shard by shard, so nothing is gathered here.
+        if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
+            raise SerializationError(
+                f"cannot export the value at {path}: it is a JAX tracer; export outside "
+                "jit/grad/vmap, on concrete values"
+            )
+        if value.is_deleted():
+            raise SerializationError(
+                f"cannot export the JAX array at {path}: it has been deleted (donated to a jitted "
+                "function?); export it before donating it"
+            )
+        if jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
+            # A typed PRNG key: store its raw key data and the name of its implementation.
+            impl = str(jax.random.key_impl(value))
+            node = self._array(jax.random.key_data(value), path, "prngkey")
+            node.append(impl)
+            return node
+        node = self._array(value, path, "jaxarray")
+        if getattr(value, "weak_type", False):
+            # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
+            # cache key includes it, so a strong one would retrace after loading.
+            node.append("weak")
+        return node
+
     def run(self, root: Any) -> int:
         # A frame is (value, path, depth) to visit, or (None, finish, count, container id)
         # to build a node from the last ``count`` results once the children are done.
-        stack: list[tuple[Any, ...]] = [(root, "root", 0)]
+        stack: list[tuple[Any, ...]] = [(root, _ROOT, 0)]
         results: list[int] = []
         active: set[int] = set()
         max_depth = DEFAULT_LIMITS.max_depth
@@ -156,7 +222,7 @@ class _Encoder:
         (root_index,) = results
         return root_index
 
-    def _leaf(self, value: Any, path: str) -> list[Any] | None:
+    def _leaf(self, value: Any, path: _Path) -> list[Any] | None:
         cls = type(value)
         if value is None:
             return ["none"]
@@ -178,23 +244,7 @@ class _Encoder:
             dtype = value.dtype
             return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
         if isinstance(value, jax.Array):
-            if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
-                raise SerializationError(
-                    f"cannot export the value at {path}: it is a JAX tracer; export outside "
-                    "jit/grad/vmap, on concrete values"
-                )
-            try:
-                host = np.asarray(value)
-            except Exception as err:
-                raise SerializationError(
-                    f"cannot export the JAX array at {path}: {err}; gather it to one host first"
-                ) from None
-            node = self._array(host, path, "jaxarray")
-            if getattr(value, "weak_type", False):
-                # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
-                # cache key includes it, so a strong one would retrace after loading.
-                node.append("weak")
-            return node
+            return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), value.name]
         if PATH_TYPES.get(cls.__name__) is cls:
@@ -202,22 +252,24 @@ class _Encoder:
         return None
 
     def _container(
-        self, value: Any, path: str
-    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, str]]]:
+        self, value: Any, path: _Path
+    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
         tag = _SEQUENCES.get(cls)
         if tag is not None:
-            items = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            items = [(v, _Path(path, "index", i)) for i, v in enumerate(value)]
             return (lambda ch: [tag, ch]), items
         if cls is dict:
-            pairs: list[tuple[Any, str]] = []
+            pairs: list[tuple[Any, _Path]] = []
             for k, v in value.items():
-                pairs.append((k, f"{path}.<key {_short(k)}>"))
-                pairs.append((v, f"{path}[{_short(k)}]"))
+                pairs.append((k, _Path(path, "key", k)))
+                pairs.append((v, _Path(path, "item", k)))
             return (lambda ch: ["dict", ch]), pairs
         if isinstance(value, tuple) and hasattr(cls, "_fields"):
             ref = _remember_class(cls)
-            items = [(v, f"{path}.{name}") for name, v in zip(cls._fields, value, strict=False)]
+            items = [
+                (v, _Path(path, "attr", name)) for name, v in zip(cls._fields, value, strict=False)
+            ]
             return (lambda ch: ["namedtuple", ref, ch]), items
         if is_registered_pytree_type(cls):
             return self._pytree(value, path)
@@ -231,7 +283,9 @@ class _Encoder:
                     f"{codec.name!r} failed ({type(err).__name__}: {err})"
                 ) from err
             name = codec.name
-            return (lambda ch: ["codec", name, ch[0]]), [(stored, f"{path}.<{name}>")]
+            return (lambda ch: ["codec", name, ch[0]]), [
+                (stored, _Path(path, "text", f".<{name}>"))
+            ]
         raise SerializationError(
             f"cannot export the value at {path}: type {cls.__module__}.{cls.__qualname__} is not "
             "supported; make it a Struct, register it with register_pytree_type() (with a "
@@ -240,15 +294,15 @@ class _Encoder:
         )
 
     def _pytree(
-        self, value: Any, path: str
-    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, str]]]:
+        self, value: Any, path: _Path
+    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
         spec = resolve_pytree_spec(cls)
         ref = class_ref(cls)
         if spec.kind == "struct":
             names = [f.name for f in struct_fields(cls) if f.should_serialize]
             version = _struct_version(cls)
-            items = [(getattr(value, n), f"{path}.{n}") for n in names]
+            items = [(getattr(value, n), _Path(path, "attr", n)) for n in names]
 
             def finish_struct(ch: list[int]) -> list[Any]:
                 return ["struct", ref, version, dict(zip(names, ch, strict=True))]
@@ -266,8 +320,8 @@ class _Encoder:
                 f"cannot export the {cls.__qualname__} value at {path}: its flatten or "
                 f"serializer function failed ({type(err).__name__}: {err})"
             ) from err
-        items = [(payload, f"{path}.<payload>")]
-        items += [(c, f"{path}.<child {i}>") for i, c in enumerate(children)]
+        items = [(payload, _Path(path, "text", ".<payload>"))]
+        items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
 
 
@@ -283,7 +337,15 @@ def _struct_version(cls: type) -> int:
 def encode_state(obj: Any) -> dict[str, Any]:
     """Return the state dict of ``obj``: version, manifest, arrays metadata and array data."""
     encoder = _Encoder()
-    root = encoder.run(obj)
+    # The walk allocates many small lists that are never cyclic; pausing the
+    # cyclic collector keeps its full scans from making deep trees quadratic.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        root = encoder.run(obj)
+    finally:
+        if was_enabled:
+            gc.enable()
     return {
         "version": FORMAT_VERSION,
         "manifest": {"root": root, "nodes": encoder.nodes},

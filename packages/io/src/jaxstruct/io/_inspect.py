@@ -10,10 +10,11 @@ from typing import Any
 from jaxstruct.registry import SerializationError
 
 from ._checkpoint import open_checkpoint
+from ._formats import ArraySpec
 from ._limits import limits_from_kwargs
 from ._manifest import check_arrays_table
 
-__all__ = ["CheckpointInfo", "inspect"]
+__all__ = ["CheckpointInfo", "inspect", "verify"]
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -29,7 +30,9 @@ class CheckpointInfo:
         version: the format version.
         arrays: ``key -> (dtype name, shape, bytes)``.
         total_bytes: decoded size of all arrays.
-        tree: the stored value as an indented tree, one node per line.
+        tree: the stored value as an indented tree, one node per line; dict
+            items are shown under their keys (``['w']: ...``).
+        tree_json: the same tree as nested ``{"edge", "label", "children"}`` dicts.
     """
 
     path: Path
@@ -38,6 +41,21 @@ class CheckpointInfo:
     arrays: dict[str, tuple[str, tuple[int, ...], int]]
     total_bytes: int
     tree: str
+    tree_json: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The same information as a JSON-ready dict (the tree nested, one dict per node)."""
+        return {
+            "path": str(self.path),
+            "container": self.container,
+            "version": self.version,
+            "total_bytes": self.total_bytes,
+            "arrays": {
+                key: {"dtype": dtype, "shape": list(shape), "nbytes": nbytes}
+                for key, (dtype, shape, nbytes) in self.arrays.items()
+            },
+            "tree": self.tree_json,
+        }
 
     def __str__(self) -> str:
         return (
@@ -58,8 +76,25 @@ def _clip(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+_SCALAR_KEYS = ("str", "int", "float", "bool", "none")
+
+
+def _key_label(nodes: list[Any], index: Any) -> str | None:
+    """The key of a dict item as it reads in Python (``'w'``, ``3``), or ``None`` if not simple."""
+    if type(index) is not int or not 0 <= index < len(nodes):
+        return None
+    node = nodes[index]
+    if not isinstance(node, list) or not node or node[0] not in _SCALAR_KEYS:
+        return None
+    if node[0] == "none":
+        return "None"
+    if len(node) != 2:
+        return None
+    return _clip(repr(node[1]), 40)
+
+
 def _describe(
-    node: Any, arrays: dict[str, tuple[str, tuple[int, ...], int]]
+    node: Any, arrays: dict[str, tuple[str, tuple[int, ...], int]], nodes: list[Any]
 ) -> tuple[str, list[tuple[str, Any]]]:
     """Return a label for ``node`` and its ``(edge label, child index)`` pairs."""
     tag = node[0]
@@ -67,9 +102,14 @@ def _describe(
         return f"{tag} ({len(node[1])} items)", [(f"[{i}]", c) for i, c in enumerate(node[1])]
     if tag == "dict":
         items = node[1]
-        return f"dict ({len(items) // 2} items)", [
-            ("<key>" if i % 2 == 0 else "<value>", c) for i, c in enumerate(items)
-        ]
+        kids: list[tuple[str, Any]] = []
+        for i in range(0, len(items) - 1, 2):
+            key = _key_label(nodes, items[i])
+            if key is None:  # a tuple, a struct...: show the key node itself
+                kids += [("<key>", items[i]), ("<value>", items[i + 1])]
+            else:
+                kids.append((f"[{key}]", items[i + 1]))
+        return f"dict ({len(items) // 2} items)", kids
     if tag == "namedtuple":
         return f"namedtuple {node[1]}", [(f"[{i}]", c) for i, c in enumerate(node[2])]
     if tag == "struct":
@@ -103,24 +143,31 @@ def _describe(
 
 def _render(
     nodes: list[Any], root: int, arrays: dict[str, tuple[str, tuple[int, ...], int]]
-) -> str:
+) -> tuple[str, dict[str, Any]]:
+    """Return the tree as indented text and as nested ``{"edge", "label", "children"}`` dicts."""
     lines: list[str] = []
-    stack: list[tuple[int, str, int]] = [(root, "", 0)]
+    top: dict[str, Any] = {"edge": "", "label": "", "children": []}
+    stack: list[tuple[int, str, int, list[Any]]] = [(root, "", 0, top["children"])]
     while stack:
         if len(lines) >= _MAX_LINES:
             lines.append(f"... ({len(nodes)} nodes in all; output truncated)")
             break
-        index, edge, depth = stack.pop()
+        index, edge, depth, siblings = stack.pop()
         if type(index) is not int or not 0 <= index < len(nodes):
             raise SerializationError(f"child index {index!r} is out of range")
-        label, kids = _describe(nodes[index], arrays)
+        node = nodes[index]
+        if not isinstance(node, list) or not node:
+            raise SerializationError(f"node {index} is not a non-empty list")
+        label, kids = _describe(node, arrays, nodes)
         indent = "  " * min(depth, _MAX_INDENT) + ("" if depth <= _MAX_INDENT else f"[{depth}] ")
         lines.append(f"{indent}{edge + ': ' if edge else ''}{label}")
+        entry: dict[str, Any] = {"edge": edge, "label": label, "children": []}
+        siblings.append(entry)
         for kid_edge, kid in reversed(kids):
             if type(kid) is not int or not 0 <= kid < index:
                 raise SerializationError(f"child index {kid!r} of node {index} is invalid")
-            stack.append((kid, kid_edge, depth + 1))
-    return "\n".join(lines)
+            stack.append((kid, kid_edge, depth + 1, entry["children"]))
+    return "\n".join(lines), top["children"][0] if top["children"] else {}
 
 
 def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
@@ -130,7 +177,8 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
 
     Args:
         path: a checkpoint directory or ``.zip`` archive.
-        **limits: ``max_manifest_bytes=`` and ``max_array_bytes=`` as for :func:`load`.
+        **limits: ``max_manifest_bytes=``, ``max_nodes=`` and ``max_array_bytes=`` as for
+            :func:`load`.
 
     Returns:
         A :class:`CheckpointInfo`; ``str()`` of it is the report the
@@ -147,8 +195,7 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
         >>> _ = export({"w": np.zeros((2, 3), np.float32)}, target)
         >>> print(inspect(target).tree)
         dict (1 items)
-          <key>: str 'w'
-          <value>: array <f4[2, 3] 24 B (a0)
+          ['w']: array <f4[2, 3] 24 B (a0)
     """
     lim = limits_from_kwargs("inspect", limits)
     target = Path(os.fspath(path))
@@ -162,7 +209,7 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
         nodes, root = manifest["nodes"], manifest["root"]
         if not isinstance(nodes, list) or type(root) is not int or root != len(nodes) - 1:
             raise SerializationError("the manifest root must be the index of the last node")
-        tree = _render(nodes, root, arrays)
+        tree, tree_json = _render(nodes, root, arrays)
     except SerializationError as err:
         raise SerializationError(f"{where}: {err}") from None
     except Exception as err:
@@ -176,4 +223,48 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
         arrays=arrays,
         total_bytes=sum(n for _, _, n in arrays.values()),
         tree=tree,
+        tree_json=tree_json,
     )
+
+
+def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
+    """Read every array member of a checkpoint and check it, without building JAX arrays.
+
+    Sizes, CRCs, dtypes and shapes are checked against the manifest; every bad
+    member is reported, not only the first.
+
+    Args:
+        path: a checkpoint directory or ``.zip`` archive.
+        **limits: the limit keywords of :func:`jaxstruct.io.load`.
+
+    Returns:
+        One message per problem; an empty list when the checkpoint is sound.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``path``.
+        SerializationError: the checkpoint cannot be opened or its manifest is malformed.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from jaxstruct.io import export
+        >>> target = Path(tempfile.mkdtemp()) / "ckpt.zip"
+        >>> verify(export({"w": np.zeros(3)}, target))
+        []
+    """
+    lim = limits_from_kwargs("verify", limits)
+    target = Path(os.fspath(path))
+    where = repr(str(target))
+    _, opened, top = open_checkpoint(target, lim)
+    try:
+        table = check_arrays_table(top["arrays"], where, lim)
+        check = getattr(opened, "verify", None)
+        if check is not None:
+            return list(check(table))
+        try:  # another format: reading every array through is the check
+            specs = {k: ArraySpec(*v) for k, v in table.items()}
+            opened.read_arrays(specs, dict.fromkeys(specs))
+        except SerializationError as err:
+            return [str(err)]
+        return []
+    finally:
+        opened.close()

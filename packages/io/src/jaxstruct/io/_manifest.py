@@ -26,7 +26,14 @@ from ._dtypes import parse_dtype
 from ._encode import FORMAT_VERSION
 from ._limits import Limits
 
-__all__ = ["MARKER", "check_arrays_table", "check_version", "dump_manifest", "parse_manifest"]
+__all__ = [
+    "MARKER",
+    "check_arrays_table",
+    "check_node_budget",
+    "check_version",
+    "dump_manifest",
+    "parse_manifest",
+]
 
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
@@ -47,6 +54,58 @@ def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
         f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
     )
     return text.encode("ascii")
+
+
+_SCAN_CHUNK = 1 << 20  # about 16 MiB of temporaries per step
+_NODES_KEY = b'"nodes"'
+
+
+def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
+    """Refuse a manifest with more than ``max_nodes`` nodes before parsing it.
+
+    Parsing JSON costs tens of bytes of memory per byte of text, so the
+    nodes are counted first, on the raw bytes: the elements of the
+    ``"nodes"`` array are the commas directly inside it (outside strings),
+    plus one. The scan is vectorised, works on a few MiB at a time, and never
+    builds a Python object per node.
+
+    Raises:
+        SerializationError: the manifest holds more than ``max_nodes`` nodes.
+    """
+    if data.count(b"[") <= max_nodes:  # every node is a JSON array: nothing to count
+        return
+    # Escaped backslashes and quotes cannot delimit strings; blank them out.
+    text = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    buf = np.frombuffer(text, np.uint8)
+    parity = 0  # inside a string?
+    depth = 0
+    nodes_depth = -1  # depth inside the "nodes" array, once found
+    commas = 0
+    for start in range(0, len(buf), _SCAN_CHUNK):
+        chunk = buf[start : start + _SCAN_CHUNK]
+        quotes = chunk == ord('"')
+        inside = ((np.cumsum(quotes, dtype=np.int32) + parity) & 1).astype(bool) | quotes
+        parity = (parity + int(quotes.sum())) & 1
+        opens = ((chunk == ord("[")) | (chunk == ord("{"))) & ~inside
+        closes = ((chunk == ord("]")) | (chunk == ord("}"))) & ~inside
+        level = depth + np.cumsum(opens.astype(np.int32) - closes.astype(np.int32))
+        begin = 0
+        if nodes_depth < 0:
+            # The "nodes" key at depth 2 (inside the top object's "manifest" object).
+            for found in np.flatnonzero(opens & (level == 3) & (chunk == ord("["))):
+                back = text[max(0, start + found - 24) : start + found].rstrip(b" \t\r\n:")
+                if back.endswith(_NODES_KEY):
+                    nodes_depth, begin = 3, int(found)
+                    break
+        if nodes_depth > 0:
+            at = (chunk[begin:] == ord(",")) & ~inside[begin:] & (level[begin:] == nodes_depth)
+            commas += int(np.count_nonzero(at))
+            if commas + 1 > max_nodes:
+                raise SerializationError(
+                    f"{where}: the manifest holds more than max_nodes={max_nodes} nodes; if you "
+                    "trust this file, pass a larger max_nodes="
+                )
+        depth = int(level[-1]) if len(level) else depth
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

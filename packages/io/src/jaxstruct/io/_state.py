@@ -10,6 +10,7 @@ from jaxstruct.registry import SerializationError
 
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
+from ._formats import host_array
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, check_version
 
@@ -42,7 +43,15 @@ def to_state_dict(obj: Any) -> dict[str, Any]:
         >>> sorted(payload), payload["arrays"]
         (['array_data', 'arrays', 'manifest', 'version'], {'a0': {'dtype': '<i8', 'shape': [3]}})
     """
-    return encode_state(obj)
+    state = encode_state(obj)
+    data = state["array_data"]
+    for key, arr in data.items():
+        if not isinstance(arr, np.ndarray):
+            try:
+                data[key] = host_array(arr)
+            except SerializationError as err:
+                raise SerializationError(f"to_state_dict(): {err}") from None
+    return state
 
 
 def restore(

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import io
 import itertools
 import os
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from jaxstruct.registry import SerializationError
 
-__all__ = ["Entry", "Member", "ZipIndex", "read_index", "write_zip"]
+__all__ = ["Entry", "Member", "ZipIndex", "crc32_combine", "pool", "read_index", "write_zip"]
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
@@ -36,83 +38,184 @@ _AUTO_RATIO = 0.85
 _CHUNK = 4 << 20
 
 WORKERS = max(1, min(8, os.cpu_count() or 1))
+# Below this many bytes in all, members are prepared on the calling thread:
+# handing tiny members to threads costs more than it saves.
+_PARALLEL_BYTES = 1 << 20
+# compression="auto" stores members smaller than this: DEFLATE's setup costs
+# more than the few bytes it could save.
+_TINY = 4096
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Return the module's worker pool, created on first use and reused by every export."""
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:
+            if _POOL is None:
+                _POOL = concurrent.futures.ThreadPoolExecutor(
+                    WORKERS, thread_name_prefix="jaxstruct-io"
+                )
+    return _POOL
+
+
+Chunk = bytes | memoryview
 
 
 @dataclasses.dataclass
 class Member:
-    """One member to write: a name and the byte strings that make up its content."""
+    """One member to write: its name, its size and its content as chunks.
+
+    ``chunks`` is called once per pass over the content and yields byte
+    chunks (views of the caller's arrays where possible, never one copy of a
+    whole sharded array). ``sample`` is a few KiB of the content used to decide
+    whether compressing pays (``None``: taken from the first chunk).
+    """
 
     name: str
-    parts: Sequence[bytes | memoryview]
+    size: int
+    chunks: Callable[[], Iterable[Chunk]]
     text: bool = False  # JSON: compress with the default strategy.
+    sample: bytes | None = None
+
+    @classmethod
+    def of(cls, name: str, parts: Sequence[Chunk], *, text: bool = False) -> Member:
+        """A member made of ``parts`` already in memory."""
+        return cls(
+            name, sum(len(p) for p in parts), lambda: parts, text=text, sample=_sample(parts)
+        )
 
 
 @dataclasses.dataclass
 class _Prepared:
-    crc: int
+    crc: int  # of the member's content
     size: int
     method: int
-    payload: Sequence[bytes | memoryview]
+    payload: Sequence[Chunk] | None  # None: stream the content again (stored members)
     csize: int
+    payload_crc: int  # of the bytes written to the archive (= crc when stored)
 
 
-def _sample(parts: Sequence[bytes | memoryview]) -> bytes:
-    whole = b"".join(bytes(p) for p in parts) if sum(len(p) for p in parts) <= 3 * _SAMPLE else None
-    if whole is not None:
-        return whole
+def _sample(parts: Sequence[Chunk]) -> bytes:
+    total = sum(len(p) for p in parts)
+    if total <= 3 * _SAMPLE:
+        return b"".join(bytes(p) for p in parts)
     data = parts[-1]
     n = len(data)
+    if n < 3 * _SAMPLE:
+        return bytes(data[:_SAMPLE])
     return b"".join(bytes(data[i : i + _SAMPLE]) for i in (0, (n - _SAMPLE) // 2, n - _SAMPLE))
 
 
-def _deflate(parts: Sequence[bytes | memoryview], strategy: int, level: int) -> list[bytes]:
+def _deflate_all(chunks: Iterable[Chunk], strategy: int, level: int) -> tuple[int, list[bytes]]:
+    """Return the CRC of ``chunks`` and their raw DEFLATE stream, in one pass."""
     comp = zlib.compressobj(level, zlib.DEFLATED, -15, 8, strategy)
     out: list[bytes] = []
-    for part in parts:
+    crc = 0
+    for part in chunks:
         for i in range(0, len(part), _CHUNK):
-            out.append(comp.compress(part[i : i + _CHUNK]))
+            piece = part[i : i + _CHUNK]
+            crc = zlib.crc32(piece, crc)
+            out.append(comp.compress(piece))
     out.append(comp.flush())
-    return out
+    return crc, [c for c in out if c]
 
 
-def _choose_strategy(parts: Sequence[bytes | memoryview], text: bool, auto: bool) -> int | None:
+def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
     """Pick a DEFLATE strategy from a sample, or ``None`` to store (``auto`` only)."""
     if text:
         return zlib.Z_DEFAULT_STRATEGY
-    sample = _sample(parts)
     if not sample:
         return None if auto else zlib.Z_RLE
     # Z_RLE is several times faster than the default on float data and shrinks
     # it just as much; the default strategy wins on smooth integer data.
-    rle = len(_join(_deflate([sample], zlib.Z_RLE, 1)))
+    rle = sum(len(c) for c in _deflate_all([sample], zlib.Z_RLE, 1)[1])
     if auto and rle > _AUTO_RATIO * len(sample):
         return None
-    default = len(_join(_deflate([sample], zlib.Z_DEFAULT_STRATEGY, 1)))
+    default = sum(len(c) for c in _deflate_all([sample], zlib.Z_DEFAULT_STRATEGY, 1)[1])
     return zlib.Z_DEFAULT_STRATEGY if default < 0.8 * rle else zlib.Z_RLE
 
 
-def _join(chunks: Iterable[bytes]) -> bytes:
-    return b"".join(chunks)
+def _first_sample(member: Member) -> bytes:
+    if member.sample is not None:
+        return member.sample
+    # The first chunk may be a short header: gather enough of the content.
+    sample = bytearray()
+    for chunk in member.chunks():
+        sample += bytes(chunk[: 3 * _SAMPLE - len(sample)])
+        if len(sample) >= 3 * _SAMPLE:
+            break
+    return bytes(sample)
+
+
+def _crc_of(chunks: Iterable[Chunk]) -> int:
+    crc = 0
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def _prepare(member: Member, compression: str) -> _Prepared:
-    crc = 0
-    size = 0
-    for part in member.parts:
-        crc = zlib.crc32(part, crc)
-        size += len(part)
-    strategy = (
-        None
-        if compression == "none"
-        else _choose_strategy(member.parts, member.text, compression == "auto")
-    )
+    strategy = None
+    tiny = compression == "auto" and member.size < _TINY and not member.text
+    if compression != "none" and member.size and not tiny:
+        strategy = _choose_strategy(_first_sample(member), member.text, compression == "auto")
     if strategy is not None:
         level = 6 if member.text else 1
-        chunks = _deflate(member.parts, strategy, level)
+        crc, chunks = _deflate_all(member.chunks(), strategy, level)
         csize = sum(len(c) for c in chunks)
-        if compression == "deflate" or csize < size:
-            return _Prepared(crc, size, _DEFLATED, chunks, csize)
-    return _Prepared(crc, size, _STORED, member.parts, size)
+        if compression == "deflate" or csize < member.size:
+            return _Prepared(crc, member.size, _DEFLATED, chunks, csize, _crc_of(chunks))
+    else:
+        crc = _crc_of(member.chunks())
+    return _Prepared(crc, member.size, _STORED, None, member.size, crc)
+
+
+# CRC-32 of a concatenation from the CRCs of its parts (zlib's crc32_combine,
+# which Python's zlib does not expose): multiply by x^(8n) modulo the polynomial.
+_POLY = 0xEDB88320
+
+
+def _multmodp(a: int, b: int) -> int:
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _x2n_table() -> list[int]:
+    table = []
+    p = 1 << 30  # x^1
+    for _ in range(32):
+        table.append(p)
+        p = _multmodp(p, p)
+    return table
+
+
+_X2N = _x2n_table()
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """Return the CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)``."""
+    if len2 == 0:
+        return crc1
+    p = 1 << 31  # x^0
+    k = 3
+    n = len2
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return _multmodp(p, crc1) ^ crc2
 
 
 def _local_header(name: bytes, prep: _Prepared, zip64: bool) -> bytes:
@@ -207,19 +310,26 @@ def write_zip(
     *,
     compression: str,
     after_member: Callable[[str], None] | None = None,
-) -> None:
-    """Write ``members`` as a zip archive to ``stream`` (positioned at 0), compressing in parallel.
+) -> tuple[int, int]:
+    """Write ``members`` as a zip archive to ``stream``, compressing in parallel.
+
+    Offsets in the archive count from where ``stream`` is when called, so an
+    archive can be written inside another one.
 
     Args:
         stream: a binary file opened for writing.
         members: the members, in archive order.
         compression: ``"auto"``, ``"deflate"`` or ``"none"``.
         after_member: called with each member name once it is written (test hook).
+
+    Returns:
+        ``(size, crc)``: the number of bytes written and their CRC-32.
     """
     central: list[bytes] = []
     offset = 0
+    crc = 0
 
-    def write(data: bytes | memoryview) -> None:
+    def write(data: Chunk) -> None:
         nonlocal offset
         view = memoryview(data)
         while view.nbytes:
@@ -229,38 +339,100 @@ def write_zip(
             offset += n
             view = view[n:]
 
+    def write_small(data: bytes) -> None:
+        nonlocal crc
+        crc = zlib.crc32(data, crc)
+        write(data)
+
     def results() -> Iterator[tuple[Member, _Prepared]]:
-        if len(members) <= 1 or WORKERS == 1:
+        total = sum(m.size for m in members)
+        if len(members) <= 1 or WORKERS == 1 or total < _PARALLEL_BYTES:
             for m in members:
                 yield m, _prepare(m, compression)
             return
         window = 2 * WORKERS
-        with concurrent.futures.ThreadPoolExecutor(
-            WORKERS, thread_name_prefix="jaxstruct-zip"
-        ) as pool:
-            futures: list[concurrent.futures.Future[_Prepared]] = []
-            nxt = 0
+        workers = pool()
+        futures: list[concurrent.futures.Future[_Prepared] | None] = []
+        try:
             for i, m in enumerate(members):
-                while nxt < len(members) and nxt < i + window:
-                    futures.append(pool.submit(_prepare, members[nxt], compression))
-                    nxt += 1
-                yield m, futures[i].result()
-                futures[i] = None  # type: ignore[call-overload]  # drop the finished payload
+                while len(futures) < len(members) and len(futures) < i + window:
+                    futures.append(workers.submit(_prepare, members[len(futures)], compression))
+                future = futures[i]
+                assert future is not None
+                yield m, future.result()
+                futures[i] = None  # drop the finished payload
+        finally:
+            for future in futures:
+                if future is not None:
+                    future.cancel()
 
     for member, prep in results():
         name = member.name.encode("utf-8")
         zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
         start = offset
-        write(_local_header(name, prep, zip64))
-        for chunk in prep.payload:
+        write_small(_local_header(name, prep, zip64))
+        payload = prep.payload if prep.payload is not None else member.chunks()
+        for chunk in payload:
             write(chunk)
+        if prep.csize <= _TINY:
+            for chunk in payload if prep.payload is not None else member.chunks():
+                crc = zlib.crc32(chunk, crc)
+        else:
+            crc = crc32_combine(crc, prep.payload_crc, prep.csize)
         central.append(_central_entry(name, prep, start, zip64))
         if after_member is not None:
             after_member(member.name)
     cd_offset = offset
     for entry in central:
-        write(entry)
-    write(_end_records(len(central), cd_offset, offset - cd_offset))
+        write_small(entry)
+    write_small(_end_records(len(central), cd_offset, offset - cd_offset))
+    return offset, crc
+
+
+def stored_header(name: str) -> bytes:
+    """A ZIP64 local header for a stored member whose size and CRC are patched in later."""
+    prep = _Prepared(0, 0, _STORED, None, 0, 0)
+    return _local_header(name.encode("utf-8"), prep, True)
+
+
+def patch_stored_header(name: str, size: int, crc: int) -> bytes:
+    """The final form of :func:`stored_header` (same length)."""
+    prep = _Prepared(crc, size, _STORED, None, size, crc)
+    return _local_header(name.encode("utf-8"), prep, True)
+
+
+def write_outer(
+    stream: BinaryIO,
+    entries: Sequence[tuple[str, int, int, int, int, int, int]],
+    start: int,
+) -> None:
+    """Write the central directory of an outer archive written by hand.
+
+    ``entries``: ``(name, offset, method, crc, size, csize, zip64)`` per member;
+    ``start``: the stream offset where the central directory begins.
+    """
+    central = b""
+    for name, off, method, crc, size, csize, zip64 in entries:
+        prep = _Prepared(crc, size, method, None, csize, crc)
+        central += _central_entry(name.encode("utf-8"), prep, off, bool(zip64))
+    tail = central + _end_records(len(entries), start, len(central))
+    view = memoryview(tail)
+    while view.nbytes:
+        n = stream.write(view)
+        view = view[n or 0 :]
+
+
+def prepare_text(member: Member, compression: str) -> tuple[int, int, int, int, list[Chunk]]:
+    """Prepare a small member: ``(method, crc, size, csize, payload)``."""
+    prep = _prepare(member, compression)
+    payload = list(prep.payload) if prep.payload is not None else list(member.chunks())
+    return prep.method, prep.crc, prep.size, prep.csize, payload
+
+
+def local_header(name: str, method: int, crc: int, size: int, csize: int) -> bytes:
+    """A local header for a member whose sizes are known (no ZIP64)."""
+    prep = _Prepared(crc, size, method, None, csize, crc)
+    return _local_header(name.encode("utf-8"), prep, False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,8 +454,38 @@ class ZipIndex:
     entries: dict[str, Entry]
 
 
-def read_index(fd: int, file_size: int, where: str, *, max_ratio: int) -> ZipIndex:
+class _Window(io.RawIOBase):
+    """A read-only file over ``size`` bytes of ``fd`` starting at ``base`` (for :mod:`zipfile`)."""
+
+    def __init__(self, fd: int, base: int, size: int) -> None:
+        self._fd, self._base, self._size, self._pos = fd, base, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = {0: 0, 1: self._pos, 2: self._size}[whence] + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        want = max(0, min(len(buffer), self._size - self._pos))
+        data = os.pread(self._fd, want, self._base + self._pos) if want else b""
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int = 0) -> ZipIndex:
     """Parse and check the central directory of the zip archive open at ``fd``.
+
+    The archive spans ``file_size`` bytes from offset ``base`` (an archive
+    stored inside another); entry offsets are returned relative to the file.
 
     Raises:
         SerializationError: the archive is malformed, encrypted, uses another
@@ -292,7 +494,8 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int) -> ZipInd
             ``max_ratio``.
     """
     try:
-        with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
+        window = io.BufferedReader(_Window(fd, base, file_size))
+        with zipfile.ZipFile(window) as archive:
             infos = archive.infolist()
     except Exception as err:  # zipfile raises many types on hostile input
         raise SerializationError(
@@ -323,11 +526,11 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int) -> ZipInd
             )
         if not 0 <= info.header_offset <= file_size - 30 or info.compress_size < 0:
             raise SerializationError(f"{where}: member {name!r} has an invalid offset or size")
-        header = os.pread(fd, 30, info.header_offset)
+        header = os.pread(fd, 30, base + info.header_offset)
         if len(header) != 30 or header[:4] != b"PK\x03\x04":
             raise SerializationError(f"{where}: member {name!r} has no valid local header")
         name_len, extra_len = struct.unpack("<HH", header[26:30])
-        local_name = os.pread(fd, name_len, info.header_offset + 30)
+        local_name = os.pread(fd, name_len, base + info.header_offset + 30)
         if (
             local_name.decode("utf-8", "replace") != name
             and local_name.decode("cp437", "replace") != name
@@ -339,7 +542,12 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int) -> ZipInd
             raise SerializationError(f"{where}: member {name!r} runs past the end of the file")
         spans.append((info.header_offset, end, name))
         entries[name] = Entry(
-            name, data_offset, info.compress_size, info.file_size, info.compress_type, info.CRC
+            name,
+            base + data_offset,
+            info.compress_size,
+            info.file_size,
+            info.compress_type,
+            info.CRC,
         )
     spans.sort()
     for (_, end, a), (start, _, b) in itertools.pairwise(spans):

@@ -1,0 +1,108 @@
+"""Non-blocking export: a handle on a background write, and one write per path at a time."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._formats import PendingWrite, host_array
+
+__all__ = ["ExportHandle", "host_copy", "wait_for_previous"]
+
+_lock = threading.Lock()
+_in_flight: dict[str, ExportHandle] = {}
+
+
+class ExportHandle:
+    """A checkpoint being written in the background by ``export(..., blocking=False)``.
+
+    The checkpoint appears at :attr:`path` atomically when the write
+    finishes; until then the path holds the previous checkpoint (or nothing).
+
+    Attributes:
+        path: the checkpoint's path (a :class:`pathlib.Path`, or the URL string
+            of a remote path).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> import jaxstruct.io as jio
+        >>> handle = jio.export({"w": np.ones(3)}, Path(tempfile.mkdtemp()) / "ck", blocking=False)
+        >>> handle.wait()
+        >>> handle.done(), jio.load(handle.path)["w"].sum()
+        (True, np.float64(3.0))
+    """
+
+    def __init__(self, path: Any, key: str) -> None:
+        self.path = path
+        self._key = key
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._pending: PendingWrite | None = None
+
+    def _start(self, work: Callable[[], PendingWrite | None]) -> None:
+        def run() -> None:
+            try:
+                pending = work()
+                if pending is not None:
+                    pending.wait()
+            except BaseException as err:  # re-raised by wait()
+                self._error = err
+            finally:
+                self._finished.set()
+                with _lock:
+                    if _in_flight.get(self._key) is self:
+                        del _in_flight[self._key]
+
+        self._thread = threading.Thread(target=run, name="jaxstruct-export", daemon=False)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the checkpoint is written; raise the background write's error if any.
+
+        Args:
+            timeout: seconds to wait at most (``None``: no limit).
+
+        Raises:
+            TimeoutError: the write did not finish within ``timeout``.
+            SerializationError: the background write failed (as ``export`` would have).
+        """
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"export to {str(self.path)!r} still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+
+    def done(self) -> bool:
+        """Return whether the background write has finished (successfully or not)."""
+        return self._finished.is_set()
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"ExportHandle({str(self.path)!r}, {state})"
+
+
+def wait_for_previous(key: str) -> None:
+    """Wait for an in-flight export to the same path, ignoring its error (its caller sees it)."""
+    with _lock:
+        previous = _in_flight.get(key)
+    if previous is not None:
+        previous._finished.wait()
+
+
+def register(handle: ExportHandle) -> None:
+    """Record ``handle`` as the in-flight export of its path."""
+    with _lock:
+        _in_flight[handle._key] = handle
+
+
+def host_copy(arr: Any) -> np.ndarray:
+    """Return a private host copy of ``arr``, safe against later mutation or donation."""
+    if isinstance(arr, np.ndarray):
+        return arr.copy(order="K")
+    out = host_array(arr)
+    # A CPU jax.Array may be viewed without a copy; donation would free that memory.
+    return out if out.flags.owndata else out.copy(order="K")

@@ -1,0 +1,316 @@
+"""A directory of numbered checkpoints: async saves, restore, retention by age or by a metric.
+
+Layout: each step is a checkpoint named after its number (``<dir>/120``, or
+``<dir>/120.zip`` for a format with a suffix), published atomically by
+:func:`jaxstruct.io.export`, so a step is listed only once it is complete.
+Metrics live in ``<dir>/.metrics/<step>.json``, written (atomically) before
+the checkpoint, so a listed step always has its metrics. Pruning runs after the
+new step is committed and moves a checkpoint out of sight with one rename
+before deleting it, so a kill at any moment leaves every other step loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jaxstruct.registry import SerializationError
+
+from . import _atomic, _multihost
+from ._async import ExportHandle
+from ._atomic import fsync_dir
+from ._checkpoint import _format_named, export, load
+
+__all__ = ["CheckpointManager"]
+
+_METRICS = ".metrics"
+_TRASH = ".jaxstruct-deleting-"
+
+
+def _step_number(step: Any) -> int:
+    """``step`` as an int (integer scalars of NumPy or JAX included), checked non-negative."""
+    try:
+        number = operator.index(step) if not isinstance(step, bool) else -1
+    except TypeError:
+        number = -1
+    if number < 0:
+        raise SerializationError(f"save(): step must be a non-negative int, got {step!r}")
+    return number
+
+
+class CheckpointManager:
+    """Save numbered checkpoints into one directory and restore them, keeping the best or newest.
+
+    Every format works (``format=None`` is the directory format). Saves are
+    asynchronous by default: :meth:`save` returns once the arrays are copied,
+    and the next :meth:`save`, :meth:`restore` or :meth:`wait` waits for it.
+    In a multi-process run, every process calls :meth:`save` and
+    :meth:`restore` together; the primary process prunes.
+
+    Args:
+        directory: where the steps live (created if missing).
+        keep: how many steps to keep (``None``: all). With ``best_metric``, the
+            ``keep`` best steps are kept, plus always the newest one so training
+            can resume.
+        format: a registered format name (``"directory"``, ``"zip"``, ``"orbax"``, ...).
+        best_metric: the key of ``metrics`` that ranks steps for retention.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        blocking: save synchronously instead.
+        compression: passed to :func:`jaxstruct.io.export`.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> import jaxstruct.io as jio
+        >>> manager = jio.CheckpointManager(tempfile.mkdtemp(), keep=2)
+        >>> for step in range(4):
+        ...     manager.save(step, {"w": np.full(2, step)})
+        >>> manager.wait()
+        >>> manager.all_steps(), manager.restore()["w"]
+        ([2, 3], array([3, 3]))
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int | None = None,
+        format: str | None = None,
+        best_metric: str | None = None,
+        mode: str = "min",
+        blocking: bool = False,
+        compression: str = "auto",
+    ) -> None:
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise SerializationError(
+                f"CheckpointManager(): keep must be a positive int or None, got {keep!r}"
+            )
+        if mode not in ("min", "max"):
+            raise SerializationError(
+                f"CheckpointManager(): mode must be 'min' or 'max', got {mode!r}"
+            )
+        if best_metric is not None and not isinstance(best_metric, str):
+            raise TypeError(f"best_metric expected a str, got {best_metric!r}")
+        self._format = _format_named(format or "directory")
+        self.format = self._format.name
+        self.directory = Path(os.fspath(directory)).absolute()
+        self.keep = keep
+        self.best_metric = best_metric
+        self.mode = mode
+        self.blocking = blocking
+        self.compression = compression
+        self._suffix = self._format.suffixes[0] if self._format.suffixes else ""
+        self._pattern = re.compile(rf"^(0|[1-9][0-9]*){re.escape(self._suffix)}$")
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        if _multihost.is_primary():
+            (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
+            self._empty_trash()
+        _multihost.barrier("manager-init")
+
+    # -- listing ---------------------------------------------------------------
+
+    def path_of(self, step: int) -> Path:
+        """Return the checkpoint path of ``step`` (whether or not it exists)."""
+        return self.directory / f"{step}{self._suffix}"
+
+    def all_steps(self) -> list[int]:
+        """Return the committed steps, ascending."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        steps = []
+        for name in names:
+            match = self._pattern.match(name)
+            if match is not None:
+                steps.append(int(match.group(1)))
+        return sorted(steps)
+
+    def latest_step(self) -> int | None:
+        """Return the newest committed step, or ``None`` when there is none."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def metrics(self, step: int) -> dict[str, Any] | None:
+        """Return the metrics saved with ``step``, or ``None`` if it was saved without."""
+        try:
+            text = (self.directory / _METRICS / f"{step}.json").read_text("utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def best_step(self) -> int | None:
+        """Return the committed step with the best ``best_metric``, or ``None``."""
+        ranked = self._ranked(self.all_steps())
+        return ranked[0] if ranked else None
+
+    # -- saving ----------------------------------------------------------------
+
+    def save(self, step: int, obj: Any, *, metrics: Mapping[str, Any] | None = None) -> None:
+        """Save ``obj`` as ``step`` (in the background unless ``blocking=True``).
+
+        Args:
+            step: a non-negative int (or integer scalar array), not already saved.
+            obj: the value to store.
+            metrics: JSON-serialisable numbers describing the step (for
+                ``best_metric`` retention).
+
+        Raises:
+            FileExistsError: ``step`` is already saved.
+            SerializationError: ``obj`` or ``metrics`` cannot be stored, or the
+                previous background save failed (its error is raised here).
+        """
+        step = _step_number(step)
+        self.wait()
+        path = self.path_of(step)
+        if os.path.lexists(path):
+            raise FileExistsError(
+                f"{str(path)!r}: step {step} is already saved; save a new step number"
+            )
+        if metrics is not None:
+            self._write_metrics(step, metrics)
+        handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
+        self._finish_in_background(handle)
+        if self.blocking:
+            self.wait()
+
+    def _write_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics expected a mapping, got {type(metrics).__name__}")
+        try:
+            text = json.dumps(dict(metrics), allow_nan=True, sort_keys=True)
+        except (TypeError, ValueError) as err:
+            raise SerializationError(
+                f"save(): metrics must be JSON-serialisable numbers or strings ({err}); convert "
+                "arrays with float()"
+            ) from None
+        if not _multihost.is_primary():
+            return
+        folder = self.directory / _METRICS
+        final = folder / f"{step}.json"
+        tmp = _atomic.temp_sibling(final)
+        with open(tmp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        fsync_dir(folder)
+
+    def _finish_in_background(self, handle: ExportHandle) -> None:
+        def run() -> None:
+            try:
+                handle.wait()
+                self._prune()
+            except BaseException as err:  # re-raised by wait()
+                self._error = err
+
+        self._thread = threading.Thread(target=run, name="jaxstruct-manager", daemon=False)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the pending save (and its pruning); raise its error if it failed.
+
+        Raises:
+            TimeoutError: it did not finish within ``timeout`` seconds.
+        """
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise TimeoutError(f"the save into {str(self.directory)!r} is still running")
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    # -- restoring -------------------------------------------------------------
+
+    def restore(
+        self,
+        step: int | None = None,
+        *,
+        target: Any = None,
+        select: Callable[[Any], Any] | None = None,
+        **load_kwargs: Any,
+    ) -> Any:
+        """Load ``step`` (default: the newest) as :func:`jaxstruct.io.load` would.
+
+        Raises:
+            FileNotFoundError: there is no such step (or no step at all).
+        """
+        self.wait()
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"{str(self.directory)!r}: no checkpoint saved yet")
+        elif step not in self.all_steps():
+            raise FileNotFoundError(
+                f"{str(self.directory)!r}: no step {step!r}; the saved steps are {self.all_steps()}"
+            )
+        return load(self.path_of(step), target=target, select=select, **load_kwargs)
+
+    # -- retention -------------------------------------------------------------
+
+    def _score(self, step: int) -> float | None:
+        if self.best_metric is None:
+            return None
+        found = (self.metrics(step) or {}).get(self.best_metric)
+        if isinstance(found, bool) or not isinstance(found, int | float) or math.isnan(found):
+            return None
+        return float(found) if self.mode == "min" else -float(found)
+
+    def _ranked(self, steps: list[int]) -> list[int]:
+        """``steps`` best first (by metric; steps without it last, newest first among ties)."""
+        if self.best_metric is None:
+            return sorted(steps, reverse=True)
+
+        def key(step: int) -> tuple[int, float, int]:
+            score = self._score(step)
+            return (score is None, score if score is not None else 0.0, -step)
+
+        return sorted(steps, key=key)
+
+    def _prune(self) -> None:
+        if self.keep is None or not _multihost.is_primary():
+            return
+        steps = self.all_steps()
+        if len(steps) <= self.keep:
+            return
+        kept = set(self._ranked(steps)[: self.keep])
+        kept.add(steps[-1])  # the newest step always stays, so training can resume
+        for step in steps:
+            if step not in kept:
+                self._delete(step)
+
+    def _delete(self, step: int) -> None:
+        path = self.path_of(step)
+        trash = self.directory / f".{path.name}{_TRASH}{os.getpid()}"
+        try:
+            os.rename(path, trash)  # gone from the listing at once
+        except FileNotFoundError:
+            return
+        fsync_dir(self.directory)
+        (self.directory / _METRICS / f"{step}.json").unlink(missing_ok=True)
+        _atomic.remove(trash)
+
+    def _empty_trash(self) -> None:
+        for name in os.listdir(self.directory):
+            if _TRASH in name:
+                _atomic.remove(self.directory / name)
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckpointManager({str(self.directory)!r}, format={self.format!r}, "
+            f"steps={self.all_steps()})"
+        )

@@ -1,0 +1,85 @@
+"""Multi-process helpers: who is primary, named barriers with a timeout, ownership checks."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from jaxstruct.registry import SerializationError
+
+__all__ = ["BARRIER_TIMEOUT_S", "barrier", "check_primary_holds", "is_primary", "process_count"]
+
+#: How long a process waits for the others at a barrier before giving up.
+BARRIER_TIMEOUT_S = 600.0
+
+_counter = itertools.count()
+
+
+def _jax_loaded() -> bool:
+    return "jax" in sys.modules
+
+
+def process_count() -> int:
+    """Return the number of JAX processes (1 when JAX is not even imported)."""
+    if not _jax_loaded():
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
+def is_primary() -> bool:
+    """Return whether this is process 0 (always true in a single-process run)."""
+    if process_count() == 1:
+        return True
+    import jax
+
+    return jax.process_index() == 0
+
+
+def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+    """Wait until every process reaches the barrier ``name`` (a no-op with one process).
+
+    Every process must call barriers in the same order: the name gets a
+    sequence number, so two exports of the same path never share a barrier.
+    """
+    if process_count() == 1:
+        return
+    unique = f"jaxstruct-{name}-{next(_counter)}"
+    try:
+        # jax.distributed's client is the only barrier with a timeout; JAX keeps it private.
+        from jax._src import distributed
+
+        client = distributed.global_state.client
+    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
+        client = None
+    if client is None:  # pragma: no cover - JAX moved it
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(unique)
+        return
+    try:
+        client.wait_at_barrier(unique, int(timeout_s * 1000))
+    except Exception as err:
+        raise SerializationError(
+            f"the processes did not all reach barrier {name!r} within {timeout_s:.0f} s "
+            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+        ) from err
+
+
+def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) -> None:
+    """Refuse arrays the primary process does not hold entirely (multi-process runs)."""
+    import jax
+
+    for key, arr in arrays.items():
+        if not isinstance(arr, jax.Array):
+            continue
+        if arr.is_fully_addressable or arr.is_fully_replicated:
+            continue
+        raise SerializationError(
+            f"{where}: array {key!r} (shape {tuple(arr.shape)}) is sharded across processes "
+            f"and no single process holds all of it; the {fmt_name!r} format is written by "
+            'process 0 alone. Use format="orbax", where every process writes its own shards'
+        )

@@ -1,0 +1,230 @@
+"""Restore targets: matching a user's target tree to the stored arrays before reading them.
+
+A target is a tree of the stored structure whose array leaves say where each
+array goes: a ``jax.Array`` (its sharding), a ``jax.ShapeDtypeStruct`` (its
+sharding, or host when it has none) or ``None`` (placed as without a target).
+The match walks the manifest's node table and the target side by side, so
+each array's placement is known before anything is read and the format can
+read straight into it. Shapes, dtypes and structure are checked on the way;
+a mismatch names the path in the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from jaxstruct.registry import SerializationError, resolve_pytree_spec
+
+from ._formats import ArraySpec, Placement
+
+__all__ = ["placements"]
+
+_ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
+_SEQUENCE_TAGS = frozenset({"list", "tuple", "set", "frozenset", "namedtuple"})
+
+
+def _scalar_key(node: object) -> Any:
+    """The Python value of a stored dict key when it is a plain scalar, else a marker."""
+    if isinstance(node, list) and len(node) == 2 and node[0] in ("str", "int", "bool"):
+        value = node[1]
+        if node[0] == "int" and isinstance(value, str):
+            return int(value, 16)
+        return value
+    return _UNMATCHABLE
+
+
+_UNMATCHABLE = object()
+
+
+def _describe(value: Any) -> str:
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _leaf_placement(
+    target: Any, spec: ArraySpec, prng_impl: str | None, path: str, where: str
+) -> Placement:
+    import jax
+
+    if target is None:
+        return None
+    if isinstance(target, jax.ShapeDtypeStruct | jax.Array | np.ndarray):
+        shape, dtype = tuple(spec.shape), np.dtype(spec.dtype)
+        if prng_impl is not None:
+            # Key data has one trailing dimension more than the keys themselves.
+            shape = shape[:-1]
+            if not jax.numpy.issubdtype(target.dtype, jax.dtypes.prng_key):
+                raise SerializationError(
+                    f"{where}: the target at {path} has dtype {target.dtype}, but a PRNG key "
+                    f"array ({prng_impl}) is stored there; give a key-typed target "
+                    "(jax.eval_shape of the key) or None"
+                )
+        elif target.dtype != dtype:
+            raise SerializationError(
+                f"{where}: the target at {path} has dtype {target.dtype}, but the stored array "
+                f"has dtype {dtype}; fix the target, or give None there to load as stored"
+            )
+        if tuple(target.shape) != shape:
+            raise SerializationError(
+                f"{where}: the target at {path} has shape {tuple(target.shape)}, but the stored "
+                f"array has shape {shape}; fix the target, or give None there to load as stored"
+            )
+        if isinstance(target, np.ndarray):
+            return None
+        return getattr(target, "sharding", None)
+    raise SerializationError(
+        f"{where}: the target at {path} is a {_describe(target)}, but an array is stored "
+        "there; give a jax.Array, a jax.ShapeDtypeStruct or None"
+    )
+
+
+def _children_of(
+    target: Any, node: list[Any], nodes: list[Any], path: str, where: str
+) -> list[tuple[Any, str]]:
+    """Pair each child index of ``node`` with the part of ``target`` that should match it."""
+    tag = node[0]
+    kids: list[Any]
+    if tag in _SEQUENCE_TAGS:
+        kids = node[2] if tag == "namedtuple" else node[1]
+        if target is None:
+            return [(None, f"{path}[{i}]") for i in range(len(kids))]
+        if tag in ("set", "frozenset"):
+            # Sets hold no arrays (arrays are not hashable): nothing to place inside.
+            return [(None, f"{path}[{i}]") for i in range(len(kids))]
+        if not isinstance(target, list | tuple) or len(target) != len(kids):
+            raise SerializationError(
+                f"{where}: the target at {path} is {_describe(target)}"
+                f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
+                f"a {tag} of length {len(kids)} is stored there"
+            )
+        return [(t, f"{path}[{i}]") for i, t in enumerate(target)]
+    if tag == "dict":
+        items = node[1]
+        pairs: list[tuple[Any, str]] = []
+        if target is not None and not isinstance(target, Mapping):
+            raise SerializationError(
+                f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
+            )
+        for i in range(0, len(items), 2):
+            key = _scalar_key(nodes[items[i]])
+            pairs.append((None, f"{path}.<key {i // 2}>"))
+            if target is None:
+                pairs.append((None, f"{path}[{key!r}]"))
+                continue
+            if key is _UNMATCHABLE or key not in target:
+                raise SerializationError(
+                    f"{where}: the stored dict at {path} has key {key!r}, which the target "
+                    "lacks; add it to the target (None places it as stored)"
+                )
+            pairs.append((target[key], f"{path}[{key!r}]"))
+        return pairs
+    if tag == "struct":
+        fields = node[3]
+        if target is None:
+            return [(None, f"{path}.{name}") for name in fields]
+        out = []
+        for name in fields:
+            if not hasattr(type(target), "__struct_fields__") and not hasattr(target, name):
+                raise SerializationError(
+                    f"{where}: the target at {path} is {_describe(target)}, but a struct with "
+                    f"field {name!r} is stored there"
+                )
+            try:
+                out.append((getattr(target, name), f"{path}.{name}"))
+            except AttributeError:
+                raise SerializationError(
+                    f"{where}: the stored struct at {path} has field {name!r}, which the target "
+                    f"{_describe(target)} lacks"
+                ) from None
+        return out
+    if tag == "pytree":
+        children = node[4]
+        labels = [(None, f"{path}.<payload>")]
+        if target is None:
+            return labels + [(None, f"{path}.<child {i}>") for i in range(len(children))]
+        try:
+            flat, _ = resolve_pytree_spec(type(target)).flatten(target)
+            flat = list(flat)
+        except Exception:
+            raise SerializationError(
+                f"{where}: the target at {path} is {_describe(target)}, which is not the "
+                "registered pytree type stored there"
+            ) from None
+        if len(flat) != len(children):
+            raise SerializationError(
+                f"{where}: the target at {path} has {len(flat)} children, but "
+                f"{len(children)} are stored there"
+            )
+        return labels + [(t, f"{path}.<child {i}>") for i, t in enumerate(flat)]
+    if tag == "codec":
+        return [(None, f"{path}.<{node[1]}>")]
+    return []
+
+
+def _child_indices(node: list[Any]) -> list[Any]:
+    tag = node[0]
+    if tag in _SEQUENCE_TAGS:
+        return list(node[2] if tag == "namedtuple" else node[1])
+    if tag == "dict":
+        return list(node[1])
+    if tag == "struct":
+        return list(node[3].values())
+    if tag == "pytree":
+        return [node[3], *node[4]]
+    if tag == "codec":
+        return [node[2]]
+    return []
+
+
+def placements(
+    nodes: list[Any], root: object, table: Mapping[str, ArraySpec], target: Any, where: str
+) -> dict[str, Placement]:
+    """Return ``key -> placement`` for every stored array, matched against ``target``.
+
+    Args:
+        nodes: the manifest's node table (already checked to be a list).
+        root: the manifest's root index.
+        table: the checked arrays table.
+        target: the user's target tree (``None`` places everything as stored).
+        where: the checkpoint's name for messages.
+
+    Raises:
+        SerializationError: the target's structure, a shape or a dtype does not
+            match what is stored; the message names the path.
+    """
+    out: dict[str, Placement] = dict.fromkeys(table)
+    if target is None:
+        return out
+    if type(root) is not int or not 0 <= root < len(nodes):
+        return out  # the decoder reports the malformed manifest
+    stack: list[tuple[int, Any, str]] = [(root, target, "root")]
+    visited = bytearray(len(nodes))
+    while stack:
+        index, sub, path = stack.pop()
+        if visited[index]:
+            continue  # a node with two parents: malformed, and the decoder says so
+        visited[index] = 1
+        node = nodes[index]
+        if not isinstance(node, list) or not node or not isinstance(node[0], str):
+            continue  # malformed: the decoder names it
+        try:
+            if node[0] in _ARRAY_TAGS:
+                key = node[1]
+                if isinstance(key, str) and key in table:
+                    impl = node[2] if node[0] == "prngkey" and len(node) == 3 else None
+                    out[key] = _leaf_placement(sub, table[key], impl, path, where)
+                continue
+            if sub is None:
+                continue
+            pairs = _children_of(sub, node, nodes, path, where)
+            kids = _child_indices(node)
+        except (IndexError, TypeError, AttributeError, KeyError):
+            continue  # malformed: the decoder names it
+        if len(pairs) != len(kids):
+            continue
+        for child, (t, child_path) in zip(kids, pairs, strict=True):
+            if type(child) is int and 0 <= child < index:
+                stack.append((child, t, child_path))
+    return out

@@ -1,0 +1,10 @@
+"""The ``orbax`` checkpoint format for jaxstruct: sharded, multi-process and async, on orbax.
+
+Installing ``jaxstruct-orbax`` registers the format through the
+``jaxstruct.io`` entry-point group; use it with
+``jaxstruct.io.export(value, path, format="orbax")`` and ``jaxstruct.io.load``.
+"""
+
+from ._format import OrbaxFormat
+
+__all__ = ["OrbaxFormat"]

@@ -1,0 +1,441 @@
+"""The ``orbax`` format: arrays through orbax-checkpoint, jaxstruct's manifest beside them.
+
+A checkpoint is one orbax composite checkpoint directory with two items:
+
+* ``arrays``: a flat ``{key: array}`` tree saved with orbax's PyTree handler,
+  so every process writes the shards it owns (replicas once) in parallel;
+* ``jaxstruct``: jaxstruct's manifest (classes, static fields, versions),
+  written once by the primary process through orbax's JSON handler.
+
+Orbax commits the two together atomically (a temporary directory, then a
+rename, with barriers across processes). Loading reads the manifest bytes
+itself, within the caller's limits, and asks orbax for the wanted arrays
+only, as plain arrays: orbax's own metadata never decides a type, and no
+module is ever imported. Zero-size arrays, which orbax refuses, are not
+stored: the manifest's dtype and shape rebuild them.
+
+orbax-checkpoint is imported only when the format is used, so registering
+the plugin costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from jaxstruct.io import (
+    ArraySpec,
+    Format,
+    Limits,
+    OpenedCheckpoint,
+    PendingWrite,
+    host_array,
+    place,
+)
+from jaxstruct.registry import SerializationError
+
+__all__ = ["OrbaxFormat"]
+
+ARRAYS = "arrays"
+MANIFEST_ITEM = "jaxstruct"
+STORAGE_ITEM = "jaxstruct_storage"
+_MANIFEST_FILE = "metadata"  # the JSON handler's default file name
+
+
+def _ocp() -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as err:  # pragma: no cover - a dependency of this distribution
+        raise SerializationError(
+            f"the 'orbax' format needs orbax-checkpoint ({err}); pip install jaxstruct-orbax"
+        ) from None
+    return ocp
+
+
+def _epath(path: Any) -> Any:
+    from etils import epath
+
+    return epath.Path(path)
+
+
+# Dtypes tensorstore stores as they are (native byte order). Every other dtype is
+# stored in a portable form recorded in the ``storage`` item: ``"bool"`` (as
+# uint8) or ``"bytes"`` (the raw bytes, one trailing axis of itemsize).
+_NATIVE_NAMES = (
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex64",
+    "complex128",
+)
+_NATIVE_ML = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def _native() -> frozenset[np.dtype]:
+    import ml_dtypes
+
+    names = [np.dtype(n) for n in _NATIVE_NAMES]
+    names += [np.dtype(getattr(ml_dtypes, n)) for n in _NATIVE_ML if hasattr(ml_dtypes, n)]
+    return frozenset(names)
+
+
+def _fortran(arr: np.ndarray) -> bool:
+    return arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous
+
+
+def _to_storage(arr: Any, native: frozenset[np.dtype]) -> tuple[Any, dict[str, str]]:
+    """Return the array orbax stores for ``arr`` and how to turn it back (``{}``: as is)."""
+    dtype = np.dtype(arr.dtype)
+    if not isinstance(arr, np.ndarray):  # a jax.Array: keep it on its devices when possible
+        if dtype in native:
+            return arr, {}
+        if dtype == np.bool_:
+            return arr.astype(np.uint8), {"as": "bool"}
+        arr = host_array(arr)  # a rare dtype tensorstore lacks: stored as raw bytes
+    layout: dict[str, str] = {"order": "F"} if _fortran(arr) else {}
+    if dtype in native:
+        return (np.ascontiguousarray(arr) if layout else arr), layout
+    raw = np.ascontiguousarray(arr).view(np.uint8).reshape((*arr.shape, dtype.itemsize))
+    return raw, {**layout, "as": "bytes"}
+
+
+def _from_storage(stored: Any, layout: Mapping[str, str], dtype: np.dtype, placement: Any) -> Any:
+    kind = layout.get("as")
+    if kind == "bool":
+        # A view keeps the exact bytes (JAX can hold non-canonical booleans).
+        out = stored.view(np.bool_) if isinstance(stored, np.ndarray) else stored.astype(np.bool_)
+    elif kind == "bytes":
+        host = np.ascontiguousarray(stored)
+        out = host.view(dtype).reshape(host.shape[:-1])
+    else:
+        out = stored
+    if layout.get("order") == "F" and isinstance(out, np.ndarray):
+        out = np.asfortranarray(out)
+    if placement is not None and isinstance(out, np.ndarray):
+        out = place(out, placement)
+    return out
+
+
+def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    native = _native()
+    stored: dict[str, Any] = {}
+    layouts: dict[str, dict[str, str]] = {}
+    for key, arr in arrays.items():
+        if math.prod(arr.shape) * np.dtype(arr.dtype).itemsize == 0:
+            continue  # orbax refuses empty arrays; the manifest alone rebuilds them
+        stored[key], layout = _to_storage(arr, native)
+        if layout:
+            layouts[key] = layout
+    return stored, layouts
+
+
+def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
+    ocp = _ocp()
+    try:
+        document = json.loads(manifest)
+    except ValueError as err:  # pragma: no cover - export always gives JSON
+        raise SerializationError(f"the manifest is not JSON ({err})") from None
+    stored, layouts = _storage_form(arrays)
+    items: dict[str, Any] = {
+        MANIFEST_ITEM: ocp.args.JsonSave(document),
+        STORAGE_ITEM: ocp.args.JsonSave({"version": 1, "arrays": layouts}),
+    }
+    if stored:
+        items[ARRAYS] = ocp.args.PyTreeSave(stored)
+    return ocp.args.Composite(**items)
+
+
+def _wrap_error(target: Any, err: Exception) -> SerializationError:
+    return SerializationError(
+        f"{str(target)!r}: orbax could not write the checkpoint ({type(err).__name__}: {err}); "
+        "nothing was committed there"
+    )
+
+
+class _OrbaxPending(PendingWrite):
+    def __init__(self, checkpointer: Any, target: Any) -> None:
+        self.checkpointer = checkpointer
+        self.target = target
+        self._done = False
+
+    def wait(self) -> None:
+        try:
+            self.checkpointer.wait_until_finished()
+        except Exception as err:
+            raise _wrap_error(self.target, err) from err
+        finally:
+            self._done = True
+            self.checkpointer.close()
+
+    def done(self) -> bool:
+        return self._done
+
+
+class OrbaxFormat(Format):
+    """Checkpoints written by orbax-checkpoint (tensorstore), with jaxstruct's manifest.
+
+    Every process of a multi-process run calls ``export``/``load`` together;
+    each writes and reads only the shards its devices hold. Paths may be any
+    location orbax accepts (``gs://bucket/ck`` included).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> import jaxstruct.io as jio
+        >>> path = jio.export({"w": np.arange(3)}, Path(tempfile.mkdtemp()) / "ck", format="orbax")
+        >>> jio.load(path)["w"]
+        array([0, 1, 2])
+    """
+
+    name = "orbax"
+    suffixes = ()
+    is_directory = True
+    remote_paths = True
+    publishes_atomically = True
+    multiprocess = True
+
+    def write(
+        self,
+        target: Any,
+        manifest: bytes,
+        arrays: Mapping[str, Any],
+        *,
+        compression: str,
+        step: Callable[[str], None],
+    ) -> None:
+        """Save collectively and commit atomically (orbax's temporary directory and rename)."""
+        ocp = _ocp()
+        args = _save_args(manifest, arrays)
+        checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        try:
+            checkpointer.save(_epath(target), args=args)
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise _wrap_error(target, err) from err
+        finally:
+            checkpointer.close()
+        step("temp-synced")
+
+    def write_async(
+        self,
+        target: Any,
+        manifest: bytes,
+        arrays: Mapping[str, Any],
+        *,
+        compression: str,
+        step: Callable[[str], None],
+    ) -> PendingWrite | None:
+        """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
+        ocp = _ocp()
+        args = _save_args(manifest, _host_safe(arrays))
+        checkpointer = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+        try:
+            checkpointer.save(_epath(target), args=args)
+        except (ValueError, TypeError, RuntimeError) as err:
+            checkpointer.close()
+            raise _wrap_error(target, err) from err
+        return _OrbaxPending(checkpointer, target)
+
+    def sniff(self, path: Any) -> bool:
+        """A directory holding orbax's step metadata and jaxstruct's manifest item."""
+        p = _epath(path)
+        try:
+            return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
+                p / "_CHECKPOINT_METADATA"
+            ).exists()
+        except OSError:
+            return False
+
+    def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
+        """Read jaxstruct's manifest (within ``max_manifest_bytes``); arrays come later."""
+        where = repr(str(path))
+        p = _epath(path)
+        file = p / MANIFEST_ITEM / _MANIFEST_FILE
+        try:
+            size = file.stat().length
+        except FileNotFoundError:
+            raise SerializationError(f"{where}: the jaxstruct manifest item is missing") from None
+        if size > limits.max_manifest_bytes:
+            raise SerializationError(
+                f"{where}: the manifest is {size} bytes, more than max_manifest_bytes="
+                f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
+                "max_manifest_bytes="
+            )
+        manifest = file.read_bytes()
+        if len(manifest) != size:
+            raise SerializationError(f"{where}: the manifest changed while being read")
+        return _OrbaxCheckpoint(p, manifest, _read_layouts(p, limits, where), where)
+
+
+_KINDS = frozenset({"bool", "bytes"})
+
+
+def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str]]:
+    """Read and check the ``storage`` item: how each non-native array was stored."""
+    file = p / STORAGE_ITEM / _MANIFEST_FILE
+    try:
+        size = file.stat().length
+    except FileNotFoundError:
+        raise SerializationError(f"{where}: the jaxstruct storage item is missing") from None
+    if size > limits.max_manifest_bytes:
+        raise SerializationError(
+            f"{where}: the storage item is {size} bytes, more than max_manifest_bytes="
+            f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
+            "max_manifest_bytes="
+        )
+    try:
+        document = json.loads(file.read_bytes())
+    except ValueError as err:
+        raise SerializationError(f"{where}: the storage item is not JSON ({err})") from None
+    layouts = document.get("arrays") if isinstance(document, dict) else None
+    if document.get("version") != 1 if isinstance(document, dict) else True:
+        raise SerializationError(f"{where}: unknown storage item version; upgrade jaxstruct-orbax")
+    if not isinstance(layouts, dict):
+        raise SerializationError(f"{where}: the storage item has no 'arrays' mapping")
+    for key, layout in layouts.items():
+        if (
+            not isinstance(layout, dict)
+            or not set(layout) <= {"as", "order"}
+            or layout.get("as", "bytes") not in _KINDS
+            or layout.get("order", "F") != "F"
+        ):
+            raise SerializationError(f"{where}: malformed storage entry for array {key!r}")
+    return layouts
+
+
+def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """NumPy inputs copied (the caller may mutate them once the call returns)."""
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+
+
+class _OrbaxCheckpoint(OpenedCheckpoint):
+    def __init__(
+        self, path: Any, manifest: bytes, layouts: dict[str, dict[str, str]], where: str
+    ) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.layouts = layouts
+        self.where = where
+
+    def close(self) -> None:
+        pass
+
+    def _stored_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Shape and dtype of each stored array per orbax's metadata (checked, never trusted)."""
+        ocp = _ocp()
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            tree = handler.metadata(self.path / ARRAYS).tree
+        except Exception as err:
+            raise SerializationError(
+                f"{self.where}: orbax cannot read the arrays item ({type(err).__name__}: {err})"
+            ) from None
+        finally:
+            handler.close()
+        if not isinstance(tree, Mapping):
+            raise SerializationError(f"{self.where}: the arrays item is not a flat mapping")
+        out = {}
+        for key, meta in tree.items():
+            shape = getattr(meta, "shape", None)
+            dtype = getattr(meta, "dtype", None)
+            if not isinstance(key, str) or shape is None or dtype is None:
+                raise SerializationError(
+                    f"{self.where}: stored array {key!r} has no shape or dtype"
+                )
+            out[key] = (tuple(shape), np.dtype(dtype).str)
+        return out
+
+    def _storage_spec(self, spec: ArraySpec, layout: Mapping[str, str]) -> tuple[Any, np.dtype]:
+        dtype, shape = np.dtype(spec[0]), tuple(spec[1])
+        kind = layout.get("as")
+        if kind == "bool":
+            return shape, np.dtype(np.uint8)
+        if kind == "bytes":
+            return (*shape, dtype.itemsize), np.dtype(np.uint8)
+        return shape, dtype
+
+    def read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        unknown = sorted(set(self.layouts) - set(table))[:5]
+        if unknown:
+            raise SerializationError(
+                f"{self.where}: the storage item names arrays {unknown} the manifest lacks"
+            )
+        storage = {
+            k: self._storage_spec(spec, self.layouts.get(k, {})) for k, spec in table.items()
+        }
+        expected = {k for k, (shape, dt) in storage.items() if math.prod(shape) * dt.itemsize > 0}
+        stored = self._stored_shapes() if expected else {}
+        if set(stored) != expected:
+            extra = sorted(set(stored) - expected)[:5]
+            missing = sorted(expected - set(stored))[:5]
+            raise SerializationError(
+                f"{self.where}: the arrays item must hold exactly the non-empty arrays the "
+                f"manifest names (unexpected: {extra}, missing: {missing})"
+            )
+        for key, (shape, dtype) in stored.items():
+            want_shape, want_dtype = storage[key]
+            if shape != want_shape or dtype != want_dtype.str:
+                raise SerializationError(
+                    f"{self.where}: array {key!r} is stored with shape {shape} and dtype "
+                    f"{dtype}, but the manifest says {want_shape} and {want_dtype}"
+                )
+        out: dict[str, Any] = {}
+        to_read = {k: p for k, p in wanted.items() if k in stored}
+        for key in wanted:
+            if key not in stored:  # empty: nothing to read
+                spec = table[key]
+                out[key] = place(np.empty(spec[1], dtype=spec[0]), wanted[key])
+        if not to_read:
+            return out
+        ocp = _ocp()
+        item: dict[str, Any] = {}
+        restore_args: dict[str, Any] = {}
+        for key, placement in to_read.items():
+            shape, dtype = storage[key]
+            if placement is None or self.layouts.get(key, {}).get("as") == "bytes":
+                item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
+                restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
+            else:
+                import jax
+
+                item[key] = jax.ShapeDtypeStruct(shape, dtype, sharding=placement)
+                # Shape and dtype were checked against the manifest above: passing them
+                # again would make orbax convert (an extra copy of every array).
+                restore_args[key] = ocp.ArrayRestoreArgs(sharding=placement)
+        checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        try:
+            restored = checkpointer.restore(
+                self.path,
+                args=ocp.args.Composite(
+                    **{
+                        ARRAYS: ocp.args.PyTreeRestore(
+                            item=item,
+                            restore_args=restore_args,
+                            partial_restore=len(to_read) < len(stored),
+                        )
+                    }
+                ),
+            )[ARRAYS]
+        except Exception as err:
+            raise SerializationError(
+                f"{self.where}: orbax could not read the arrays ({type(err).__name__}: {err})"
+            ) from None
+        finally:
+            checkpointer.close()
+        for key, placement in to_read.items():
+            out[key] = _from_storage(
+                restored[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
+            )
+        return out

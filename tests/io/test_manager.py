@@ -1,0 +1,161 @@
+"""CheckpointManager: steps, retention by age and by metric, every format, crash safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxstruct.io as jio
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from jaxstruct.registry import SerializationError
+
+TIMEOUT = 120
+
+
+@pytest.mark.parametrize("fmt", ["directory", "zip", "tar"])
+def test_save_restore_and_list_in_every_format(fmt: str, tmp_path: Path) -> None:
+    """Steps are listed ascending, the newest is restored by default, any format works."""
+    manager = jio.CheckpointManager(tmp_path / "run", format=fmt)
+    for step in (10, 2, 7):
+        manager.save(step, {"w": np.full(3, step), "step": step})
+    manager.wait()
+    assert manager.all_steps() == [2, 7, 10]
+    assert manager.latest_step() == 10
+    assert manager.restore()["step"] == 10
+    assert manager.restore(2)["step"] == 2
+
+
+def test_keep_prunes_the_oldest_after_commit(tmp_path: Path) -> None:
+    """keep=2 leaves the two newest steps once each save has committed."""
+    manager = jio.CheckpointManager(tmp_path / "run", keep=2)
+    for step in range(5):
+        manager.save(step, {"step": step})
+    manager.wait()
+    assert manager.all_steps() == [3, 4]
+    assert sorted(os.listdir(tmp_path / "run")) == [".metrics", "3", "4"]
+
+
+def test_keep_the_best_by_metric(tmp_path: Path) -> None:
+    """best_metric keeps the best steps (min mode) plus the newest."""
+    manager = jio.CheckpointManager(tmp_path / "run", keep=2, best_metric="loss", mode="min")
+    for step, loss in enumerate([5.0, 1.0, 3.0, 4.0]):
+        manager.save(step, {"step": step}, metrics={"loss": loss})
+    manager.wait()
+    assert manager.all_steps() == [1, 2, 3]
+    assert manager.best_step() == 1
+    assert manager.metrics(2) == {"loss": 3.0}
+
+
+def test_keep_the_best_in_max_mode(tmp_path: Path) -> None:
+    """mode="max" ranks higher metric values first."""
+    manager = jio.CheckpointManager(
+        tmp_path / "run", keep=1, best_metric="acc", mode="max", blocking=True
+    )
+    for step, acc in enumerate([0.5, 0.9, 0.7]):
+        manager.save(step, {"step": step}, metrics={"acc": acc})
+    assert manager.all_steps() == [1, 2]
+
+
+def test_restore_into_target_shardings(tmp_path: Path) -> None:
+    """restore(target=...) places arrays like load(target=...)."""
+    manager = jio.CheckpointManager(tmp_path / "run")
+    manager.save(1, {"w": jnp.arange(8.0, dtype=jnp.float32)})
+    sharding = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    back = manager.restore(target={"w": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharding)})
+    assert back["w"].sharding == sharding
+
+
+def test_missing_and_duplicate_steps(tmp_path: Path) -> None:
+    """Restoring an unknown step is FileNotFoundError; saving a step twice FileExistsError."""
+    manager = jio.CheckpointManager(tmp_path / "run", blocking=True)
+    with pytest.raises(FileNotFoundError, match="no checkpoint saved yet"):
+        manager.restore()
+    manager.save(1, {"a": 1})
+    with pytest.raises(FileNotFoundError, match=r"no step 5; the saved steps are \[1\]"):
+        manager.restore(5)
+    with pytest.raises(FileExistsError, match="step 1 is already saved"):
+        manager.save(1, {"a": 2})
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    """keep, mode and step are checked with clear errors."""
+    with pytest.raises(SerializationError, match="keep must be a positive int"):
+        jio.CheckpointManager(tmp_path, keep=0)
+    with pytest.raises(SerializationError, match="mode must be 'min' or 'max'"):
+        jio.CheckpointManager(tmp_path, mode="best")
+    with pytest.raises(SerializationError, match="step must be a non-negative int"):
+        jio.CheckpointManager(tmp_path).save(-1, {})
+
+
+def test_background_failure_is_raised_by_the_next_call(tmp_path: Path) -> None:
+    """A save that fails in the background raises from wait()."""
+    manager = jio.CheckpointManager(tmp_path / "run")
+
+    class Unstorable:
+        pass
+
+    with pytest.raises(SerializationError, match="Unstorable"):
+        manager.save(1, {"x": Unstorable()})  # encoding fails before returning
+    manager.save(2, {"x": 1})
+    manager.wait()
+    assert manager.all_steps() == [2]
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    import numpy as np
+    import jaxstruct.io as jio
+    from jaxstruct.io import _atomic
+
+    manager = jio.CheckpointManager(sys.argv[1], keep=1, format=sys.argv[2])
+    manager.save(1, {"w": np.arange(10)})
+    manager.wait()
+
+    def hook(name):
+        print(name, flush=True)
+        if name == sys.argv[3]:
+            time.sleep(600)
+
+    _atomic.STEP_HOOK = hook
+    manager.save(2, {"w": np.arange(1_000_000)})
+    manager.wait()
+    """
+)
+
+
+@pytest.mark.parametrize(("fmt", "at"), [("directory", "arrays-written")])
+def test_kill_mid_save_keeps_older_steps(fmt: str, at: str, tmp_path: Path) -> None:
+    """kill -9 during a save leaves the previous step listed and loadable."""
+    run = tmp_path / "run"
+    with subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(run), fmt, at], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.strip() == at:
+                    break
+            else:
+                pytest.fail(f"the child exited before reaching {at!r}")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(TIMEOUT)
+    manager = jio.CheckpointManager(run, keep=1, format=fmt)
+    assert manager.all_steps() == [1]
+    np.testing.assert_array_equal(manager.restore()["w"], np.arange(10))
+    manager.save(2, {"w": np.arange(3)})  # the debris does not block the next save
+    manager.wait()
+    assert manager.all_steps() == [2]

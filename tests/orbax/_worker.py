@@ -1,0 +1,111 @@
+"""One process of a 2-process run on 127.0.0.1 (started by test_multiprocess.py).
+
+Usage: python _worker.py TASK PORT PROCESS_ID DIRECTORY
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+
+TIMEOUT_S = 60
+
+
+def _init(port: str, process_id: int) -> None:
+    jax.config.update("jax_num_cpu_devices", 4)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=2,
+        process_id=process_id,
+        initialization_timeout=TIMEOUT_S,
+    )
+
+
+def _expected(shape: tuple[int, int]) -> object:
+    import numpy as np
+
+    return np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+
+
+def _global(shape: tuple[int, int], spec: object) -> jax.Array:
+    from jax.sharding import NamedSharding
+
+    mesh = jax.make_mesh((8,), ("x",))
+    full = _expected(shape)
+    return jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda i: full[i])  # type: ignore[index]
+
+
+def _check_shards(arr: jax.Array, shape: tuple[int, int]) -> None:
+    import numpy as np
+
+    full = _expected(shape)
+    for shard in arr.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), full[shard.index])  # type: ignore[index]
+
+
+def task_save_restore(directory: str) -> None:
+    """Save a cross-process array, restore it into two shardings; built-in format rules."""
+    import jaxstruct.io as jio
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from jaxstruct.registry import SerializationError
+
+    shape = (16, 8)
+    a = _global(shape, P("x"))
+    assert not a.is_fully_addressable
+    replicated = _global(shape, P())
+    jio.export({"a": a, "r": replicated, "step": 3}, os.path.join(directory, "ck"), format="orbax")
+    mesh = jax.make_mesh((8,), ("x",))
+    for spec in (P("x"), P(None, "x")):
+        target = {
+            "a": jax.ShapeDtypeStruct(shape, a.dtype, sharding=NamedSharding(mesh, spec)),
+            "r": None,
+            "step": None,
+        }
+        back = jio.load(os.path.join(directory, "ck"), target=target)
+        assert back["a"].sharding == NamedSharding(mesh, spec) and back["step"] == 3
+        _check_shards(back["a"], shape)
+    # Built-in formats: replicated data is written once, by process 0.
+    jio.export({"r": replicated}, os.path.join(directory, "builtin.zip"))
+    back = jio.load(os.path.join(directory, "builtin.zip"))
+    _check_shards(back["r"], shape)
+    try:
+        jio.export({"a": a}, os.path.join(directory, "refused.zip"))
+    except SerializationError as err:
+        assert 'format="orbax"' in str(err), err
+    else:
+        raise AssertionError("the zip format accepted an array no process holds")
+    assert not os.path.exists(os.path.join(directory, "refused.zip"))
+
+
+def task_kill_mid_save(directory: str) -> None:
+    """Save step 1, then start step 2; process 1 dies by SIGKILL in the middle."""
+    import signal
+
+    import jaxstruct.io as jio
+    from jax.sharding import PartitionSpec as P
+
+    manager = jio.CheckpointManager(directory, format="orbax")
+    manager.save(1, {"a": _global((16, 8), P("x"))})
+    manager.wait(TIMEOUT_S)
+    big = _global((4096, 1024), P("x"))
+    manager.save(2, {"a": big})
+    if jax.process_index() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(TIMEOUT_S)  # process 0 is stuck at orbax's barrier; the test kills it
+
+
+def main() -> None:
+    task, port, process_id, directory = sys.argv[1:5]
+    _init(port, int(process_id))
+    globals()[f"task_{task}"](directory)
+    print(f"OK {process_id}", flush=True)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Two processes on 127.0.0.1 (jax.distributed, 4 CPU devices each) saving and restoring."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxstruct.io as jio
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+WORKER = Path(__file__).with_name("_worker.py")
+TIMEOUT = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(task: str, directory: Path) -> list[subprocess.Popen[str]]:
+    port = str(_free_port())
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    return [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), task, port, str(i), str(directory)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+
+
+def _finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
+    """Wait for every process (killing all on timeout); return (code, stdout, stderr) each."""
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=TIMEOUT)
+            results.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=TIMEOUT)
+    return results
+
+
+def _restore_with_eight_devices(saved: Path) -> None:
+    sharding = NamedSharding(jax.make_mesh((8,), ("x",)), P(None, "x"))
+    target = {
+        "a": jax.ShapeDtypeStruct((16, 8), jnp.float32, sharding=sharding),
+        "r": None,
+        "step": None,
+    }
+    back = jio.load(saved, target=target)
+    assert back["a"].sharding == sharding
+    expected = np.arange(128, dtype=np.float32).reshape(16, 8)
+    np.testing.assert_array_equal(np.asarray(back["a"]), expected)
+    np.testing.assert_array_equal(np.asarray(back["r"]), expected)
+
+
+def _restore_with_one_device(saved: Path) -> None:
+    code = (
+        "import sys, numpy as np, jax, jaxstruct.io as jio\n"
+        "assert jax.device_count() == 1\n"
+        "back = jio.load(sys.argv[1])\n"
+        "np.testing.assert_array_equal(np.asarray(back['a']), np.arange(128.).reshape(16, 8))\n"
+        "print(back['a'].sharding.device_set == {jax.devices()[0]})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "True"
+
+
+def test_two_process_checkpoint_restores_anywhere(tmp_path: Path) -> None:
+    """Saved by 2 processes, it restores in 2 (two shardings), in 1 with 8 devices and with 1."""
+    # The two processes also restore into two shardings and check the built-in
+    # formats' rules (replicated data written once, cross-process arrays refused).
+    for i, (code, out, err) in enumerate(_finish(_start("save_restore", tmp_path))):
+        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
+    saved = tmp_path / "ck"
+    assert (saved / "_CHECKPOINT_METADATA").is_file()
+    _restore_with_eight_devices(saved)
+    _restore_with_one_device(saved)
+
+
+def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> None:
+    """SIGKILL of one process during a 2-process save leaves the previous step loadable."""
+    procs = _start("kill_mid_save", tmp_path)
+    try:
+        assert procs[1].wait(TIMEOUT) == -signal.SIGKILL
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        _finish(procs)
+    manager = jio.CheckpointManager(tmp_path, format="orbax")
+    assert manager.all_steps() == [1]
+    back = manager.restore()
+    np.testing.assert_array_equal(np.asarray(back["a"]), np.arange(128.0).reshape(16, 8))
