@@ -25,7 +25,7 @@ def test_inspect_shows_classes_fields_shapes_and_sizes(tmp_path: Path) -> None:
     path = jio.export(Model(weights={"w": np.zeros((2, 3), np.float32)}), tmp_path / "m.zip")
     text = str(jio.inspect(path))
     assert ":Model (struct)" in text
-    assert ".weights: dict" in text and ".name: str 'm'" in text
+    assert ".weights [node]: dict" in text and ".name [static]: str 'm'" in text
     assert "array <f4[2, 3] 24 B" in text
     assert "format version 1" in text and "zip checkpoint" in text
 

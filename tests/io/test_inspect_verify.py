@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jaxstruct.core as js
 import jaxstruct.io as jio
 import numpy as np
 import pytest
 from jaxstruct.io._cli import main
 from jaxstruct.io._inspect import verify
+from jaxstruct.registry import SerializationError
 
 
 def _corrupt(path: Path, needle: bytes) -> None:
@@ -75,3 +77,40 @@ def test_verify_reports_a_missing_member(tmp_path: Path) -> None:
     other = jio.export({}, tmp_path / "empty")
     (other / "arrays.npz").replace(path / "arrays.npz")
     assert verify(path) == [f"{str(path)!r} (arrays.npz): member 'a0.npy' is missing"]
+
+
+class _Layer(js.Struct):
+    w: object
+    act: str = js.field(static=True, default="relu")
+    note: object = js.field(pytree=False, default="x", serialize=True)
+
+
+def test_tree_view_marks_node_static_and_opaque_fields(tmp_path: Path) -> None:
+    """inspect marks each struct field as node, static or opaque, in text and JSON."""
+    path = jio.export(_Layer(np.ones(2, np.float32)), tmp_path / "ck")
+    info = jio.inspect(path)
+    lines = info.tree.splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        ".w [node]",
+        ".act [static]",
+        ".note [opaque]",
+    ]
+    edges = [c["edge"] for c in info.to_json()["tree"]["children"]]
+    assert edges == [".w [node]", ".act [static]", ".note [opaque]"]
+
+
+def test_struct_nodes_without_field_kinds_still_load(tmp_path: Path) -> None:
+    """A struct node written before field kinds existed (four items) loads and inspects."""
+    state = jio.to_state_dict(_Layer(np.ones(2, np.float32)))
+    node = state["manifest"]["nodes"][state["manifest"]["root"]]
+    assert node[4] == "nso"
+    del node[4]
+    assert jio.from_state_dict(state).act == "relu"
+
+
+def test_malformed_field_kinds_are_refused() -> None:
+    """Field-kind letters that do not match the fields are a SerializationError."""
+    state = jio.to_state_dict(_Layer(np.ones(2, np.float32)))
+    state["manifest"]["nodes"][state["manifest"]["root"]][4] = "nx"
+    with pytest.raises(SerializationError, match="malformed struct node"):
+        jio.from_state_dict(state)

@@ -503,10 +503,11 @@ def _h_prngkey(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if (
-        len(node) != 4
+        len(node) not in (4, 5)
         or type(node[2]) is not int
         or not isinstance(node[3], dict)
         or not all(isinstance(k, str) for k in node[3])
+        or (len(node) == 5 and not struct_kinds_ok(node[4], len(node[3])))
     ):
         raise _NodeError("malformed struct node")
     ref, stored_version, fields = node[1], node[2], node[3]
@@ -521,6 +522,11 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     values = {name: d.value(c) for name, c in zip(fields, kids, strict=True)}
     values = _migrate(cls, stored_version, values)
     return _build(cls, values, ref), kids
+
+
+def struct_kinds_ok(kinds: object, count: int) -> bool:
+    """Whether ``kinds`` is a struct node's field-kind letters for ``count`` fields."""
+    return type(kinds) is str and len(kinds) == count and not kinds.strip("nso")
 
 
 def _migrate(cls: type, stored: int, values: dict[str, Any]) -> dict[str, Any]:

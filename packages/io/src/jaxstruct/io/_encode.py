@@ -26,7 +26,9 @@ Each node is a JSON array whose first item is a tag:
                       ``["jaxarray", key, "weak"]`` for a weakly typed JAX array
 ``["prngkey", key, impl]``  a typed JAX PRNG key array: its key data is the entry
                       ``key``, ``impl`` names its implementation (``"threefry2x32"``)
-``["struct", ref, version, {field: c}]``
+``["struct", ref, version, {field: c}, kinds]``  ``kinds`` has one letter per
+                      field, ``n``/``s``/``o`` for node, static and opaque (checkpoints
+                      written before it existed have no ``kinds``)
 ``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
                       when ``payload`` came from its serializer, ``"a"`` for raw aux data
 ``["codec", name, c]``  a value stored by a registered codec
@@ -300,12 +302,16 @@ class _Encoder:
         spec = resolve_pytree_spec(cls)
         ref = class_ref(cls)
         if spec.kind == "struct":
-            names = [f.name for f in struct_fields(cls) if f.should_serialize]
+            stored = [f for f in struct_fields(cls) if f.should_serialize]
+            names = [f.name for f in stored]
+            # One letter per field: n(ode), s(tatic) or o(paque), for readers such
+            # as ``jaxstruct inspect`` that never import the class.
+            kinds = "".join(f.kind.value[0] for f in stored)
             version = _struct_version(cls)
             items = [(getattr(value, n), _Path(path, "attr", n)) for n in names]
 
             def finish_struct(ch: list[int]) -> list[Any]:
-                return ["struct", ref, version, dict(zip(names, ch, strict=True))]
+                return ["struct", ref, version, dict(zip(names, ch, strict=True)), kinds]
 
             return finish_struct, items
         try:

@@ -10,6 +10,7 @@ from typing import Any
 from jaxstruct.registry import SerializationError
 
 from ._checkpoint import open_checkpoint
+from ._decode import struct_kinds_ok
 from ._formats import ArraySpec
 from ._limits import limits_from_kwargs
 from ._manifest import check_arrays_table
@@ -77,6 +78,7 @@ def _clip(text: str, n: int = 60) -> str:
 
 
 _SCALAR_KEYS = ("str", "int", "float", "bool", "none")
+_KINDS = {"n": "node", "s": "static", "o": "opaque"}
 
 
 def _key_label(nodes: list[Any], index: Any) -> str | None:
@@ -114,7 +116,14 @@ def _describe(
         return f"namedtuple {node[1]}", [(f"[{i}]", c) for i, c in enumerate(node[2])]
     if tag == "struct":
         version = f", schema version {node[2]}" if node[2] else ""
-        return f"{node[1]} (struct{version})", [(f".{k}", c) for k, c in node[3].items()]
+        fields = node[3]
+        kinds = node[4] if len(node) == 5 and struct_kinds_ok(node[4], len(fields)) else None
+        if kinds is None:  # written before field kinds were recorded
+            return f"{node[1]} (struct{version})", [(f".{k}", c) for k, c in fields.items()]
+        return f"{node[1]} (struct{version})", [
+            (f".{k} [{_KINDS[letter]}]", c)
+            for (k, c), letter in zip(fields.items(), kinds, strict=True)
+        ]
     if tag == "pytree":
         kids = [("<payload>", node[3])] + [(f"<child {i}>", c) for i, c in enumerate(node[4])]
         return f"{node[1]} (registered pytree)", kids
