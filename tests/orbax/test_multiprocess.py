@@ -13,8 +13,12 @@ import jax
 import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+
+# Both tests start two jax.distributed processes: never run them side by side.
+pytestmark = pytest.mark.xdist_group("multiprocess")
 
 WORKER = Path(__file__).with_name("_worker.py")
 TIMEOUT = 180
