@@ -15,7 +15,10 @@ TIMEOUT_S = 60
 
 
 def _init(port: str, process_id: int) -> None:
-    jax.config.update("jax_num_cpu_devices", 4)
+    try:
+        jax.config.update("jax_num_cpu_devices", 4)
+    except AttributeError:  # JAX before 0.5: the XLA flag, read when the backend starts
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=f"127.0.0.1:{port}",
