@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import jax
@@ -34,30 +36,42 @@ def _start(task: str, directory: Path) -> list[subprocess.Popen[str]]:
     port = str(_free_port())
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    return [
-        subprocess.Popen(
+    procs = []
+    for i in range(2):
+        # Output goes to files, not pipes: a worker blocked writing to a full
+        # pipe that nobody reads (we wait on its peer first) stalls that peer at
+        # the next barrier, a deadlock seen as a 180 s hang under load.
+        logs = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))  # noqa: SIM115  # closed by _finish
+        proc = subprocess.Popen(
             [sys.executable, str(WORKER), task, port, str(i), str(directory)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=logs[0],
+            stderr=logs[1],
             text=True,
             env=env,
         )
-        for i in range(2)
-    ]
+        proc.logs = logs  # type: ignore[attr-defined]
+        procs.append(proc)
+    return procs
 
 
 def _finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
     """Wait for every process (killing all on timeout); return (code, stdout, stderr) each."""
-    results = []
+    deadline = time.monotonic() + TIMEOUT
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=TIMEOUT)
-            results.append((proc.returncode, out, err))
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-                proc.communicate(timeout=TIMEOUT)
+                proc.wait(timeout=TIMEOUT)
+    results = []
+    for proc in procs:
+        out, err = proc.logs  # type: ignore[attr-defined]
+        with out, err:
+            out.seek(0)
+            err.seek(0)
+            results.append((proc.returncode, out.read(), err.read()))
     return results
 
 
