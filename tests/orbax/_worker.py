@@ -5,6 +5,7 @@ Usage: python _worker.py TASK PORT PROCESS_ID DIRECTORY
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -12,6 +13,9 @@ import time
 import jax
 
 TIMEOUT_S = 60
+# A worker never outlives its test: stalled past this, it prints every thread's
+# stack (for the test to show) and exits.
+faulthandler.dump_traceback_later(2 * TIMEOUT_S, exit=True)
 
 
 def _init(port: str, process_id: int) -> None:
