@@ -21,33 +21,24 @@ import jax
 import jax.numpy as jnp
 import jaxstruct.core as js
 from _harness import Cell, Settings, run_cell
+from _models import load_impls
 
 __all__ = ["main"]
 
 LIMIT = 1.10  # explain_recompiles(f)(x) <= 1.10x f(x): the wrapper adds at most 10%
 
 
-class Flat(js.Struct):
-    a: Any
-    b: Any
-    c: Any
-    d: Any
-    step: int = js.field(static=True, default=0)
-    tag: str = js.field(static=True, default="run")
-
-
-class Nested(js.Struct):
-    p: Flat
-    q: Flat
-    r: Flat
-    s: Flat
-
-
 def _models() -> dict[str, Any]:
-    def flat() -> Flat:
-        return Flat(*(jnp.full(3, float(i)) for i in range(4)))
+    """The flat and nested models of the core benchmark (``_models.py``), built."""
+    impls, failures = load_impls(["jaxstruct"])
+    if not impls:
+        raise SystemExit(f"jaxstruct models did not load: {failures}")
+    flat_cls, nested_cls = impls[0].ns["S"], impls[0].ns["N"]
 
-    return {"flat": flat(), "nested": Nested(flat(), flat(), flat(), flat())}
+    def flat() -> Any:
+        return flat_cls(*(jnp.full(3, float(i)) for i in range(4)))
+
+    return {"flat": flat(), "nested": nested_cls(flat(), flat(), flat(), flat())}
 
 
 def _fmt(seconds: float) -> str:
