@@ -80,6 +80,18 @@ def task_save_restore(directory: str) -> None:
     jio.export({"r": replicated}, os.path.join(directory, "builtin.zip"))
     back = jio.load(os.path.join(directory, "builtin.zip"))
     _check_shards(back["r"], shape)
+    # Process 0 may publish before process 1 even starts its call: process 1 must
+    # not then take the new file for an old one in its way.
+    if jax.process_index() == 1:
+        time.sleep(2)
+    jio.export({"r": replicated}, os.path.join(directory, "late.zip"))
+    # A path that exists is refused in every process alike, and none waits forever.
+    try:
+        jio.export({"r": replicated}, os.path.join(directory, "late.zip"))
+    except FileExistsError as err:
+        assert "overwrite=True" in str(err), err
+    else:
+        raise AssertionError("an existing checkpoint was not refused")
     try:
         jio.export({"a": a}, os.path.join(directory, "refused.zip"))
     except SerializationError as err:

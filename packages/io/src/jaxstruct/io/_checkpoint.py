@@ -251,10 +251,13 @@ def _write_everywhere(
             lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
         )
         return None
-    # A single-writer format in a multi-process run: process 0 writes, the others wait.
+    # A single-writer format in a multi-process run: process 0 checks the path and
+    # writes; the others wait for its word and fail as it failed (they never look at
+    # the path themselves: process 0 may already have published there).
     error: BaseException | None = None
     if _multihost.is_primary():
         try:
+            _check_existing(target, fmt, overwrite)
             _publish(
                 target,
                 fmt,
@@ -263,7 +266,7 @@ def _write_everywhere(
             )
         except BaseException as err:
             error = err
-    _multihost.barrier(f"export-{fmt.name}")
+    _multihost.share_outcome(f"export-{fmt.name}", error)
     if error is not None:
         raise error
     return None
@@ -366,13 +369,15 @@ def export(
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
     _atomic.step("start")
-    _check_existing(target, fmt, overwrite)
+    single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    if not single_writer:  # otherwise process 0 alone checks, when it writes
+        _check_existing(target, fmt, overwrite)
     # Encode everything before touching the disk: an unrepresentable value
     # fails here and nothing is written.
     state = encode_state(obj)
     manifest = dump_manifest(state, fmt.name)
     arrays: dict[str, Any] = state["array_data"]
-    if not fmt.multiprocess and _multihost.process_count() > 1:
+    if single_writer:
         _multihost.check_primary_holds(arrays, fmt.name, repr(key))
     _atomic.step("encoded")
     if blocking:

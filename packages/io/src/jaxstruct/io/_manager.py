@@ -109,10 +109,16 @@ class CheckpointManager:
         self._pattern = re.compile(rf"^(0|[1-9][0-9]*){re.escape(self._suffix)}$")
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        error: BaseException | None = None
         if _multihost.is_primary():
-            (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
-            self._empty_trash()
-        _multihost.barrier("manager-init")
+            try:
+                (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
+                self._empty_trash()
+            except BaseException as err:  # told to the others, then raised here
+                error = err
+        _multihost.share_outcome("manager-init", error)
+        if error is not None:
+            raise error
 
     # -- listing ---------------------------------------------------------------
 

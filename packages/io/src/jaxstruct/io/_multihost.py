@@ -1,4 +1,4 @@
-"""Multi-process helpers: who is primary, named barriers with a timeout, ownership checks."""
+"""Multi-process helpers: who is primary, barriers and shared outcomes, ownership checks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-__all__ = ["BARRIER_TIMEOUT_S", "barrier", "check_primary_holds", "is_primary", "process_count"]
+__all__ = [
+    "BARRIER_TIMEOUT_S",
+    "barrier",
+    "check_primary_holds",
+    "is_primary",
+    "process_count",
+    "share_outcome",
+]
 
 #: How long a process waits for the others at a barrier before giving up.
 BARRIER_TIMEOUT_S = 600.0
@@ -39,6 +46,16 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+def _client() -> Any:
+    """jax.distributed's client (the only barrier with a timeout; JAX keeps it private)."""
+    try:
+        from jax._src import distributed
+
+        return distributed.global_state.client
+    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
+        return None
+
+
 def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
     """Wait until every process reaches the barrier ``name`` (a no-op with one process).
 
@@ -48,13 +65,7 @@ def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
     if process_count() == 1:
         return
     unique = f"jaxstruct-{name}-{next(_counter)}"
-    try:
-        # jax.distributed's client is the only barrier with a timeout; JAX keeps it private.
-        from jax._src import distributed
-
-        client = distributed.global_state.client
-    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
-        client = None
+    client = _client()
     if client is None:  # pragma: no cover - JAX moved it
         from jax.experimental import multihost_utils
 
@@ -67,6 +78,43 @@ def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
             f"the processes did not all reach barrier {name!r} within {timeout_s:.0f} s "
             f"({type(err).__name__}: {err}); every process must call export()/load() together"
         ) from err
+
+
+def share_outcome(
+    name: str, error: BaseException | None, timeout_s: float = BARRIER_TIMEOUT_S
+) -> None:
+    """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere.
+
+    Process 0 passes its error (``None`` on success) and returns at once; the
+    others wait for that word and raise the same kind of error, so no process
+    reports success for a checkpoint that was not written, and none is left
+    waiting for a process that gave up (a no-op with one process). Every
+    process must call it in the same order as :func:`barrier`.
+    """
+    if process_count() == 1:
+        return
+    unique = f"jaxstruct-{name}-{next(_counter)}"
+    client = _client()
+    if client is None:  # pragma: no cover - JAX moved it
+        barrier(name, timeout_s)
+        return
+    if is_primary():
+        word = "" if error is None else f"{type(error).__name__}\n{error}"
+        client.key_value_set(unique, word or "ok")
+        return
+    try:
+        word = client.blocking_key_value_get(unique, int(timeout_s * 1000))
+    except Exception as err:
+        raise SerializationError(
+            f"process 0 did not finish {name!r} within {timeout_s:.0f} s "
+            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+        ) from err
+    if word == "ok":
+        return
+    kind, _, message = word.partition("\n")
+    if kind == "FileExistsError":
+        raise FileExistsError(message)
+    raise SerializationError(f"process 0 failed at {name!r} ({kind}): {message}")
 
 
 def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) -> None:
