@@ -99,6 +99,20 @@ def task_save_restore(directory: str) -> None:
     else:
         raise AssertionError("the zip format accepted an array no process holds")
     assert not os.path.exists(os.path.join(directory, "refused.zip"))
+    # An array on process 1's devices alone: both processes refuse it alike.
+    import numpy as np
+    from jax.sharding import Mesh
+
+    theirs = Mesh(np.array([d for d in jax.devices() if d.process_index == 1]), ("y",))
+    only_one = jax.make_array_from_callback(
+        shape, NamedSharding(theirs, P()), lambda i: _expected(shape)[i], dtype=np.float32
+    )
+    try:
+        jio.export({"b": only_one}, os.path.join(directory, "elsewhere.zip"))
+    except SerializationError as err:
+        assert "process 0" in str(err) and 'format="orbax"' in str(err), err
+    else:
+        raise AssertionError("the zip format accepted an array process 0 does not hold")
 
 
 def task_kill_mid_save(directory: str) -> None:

@@ -117,17 +117,34 @@ def share_outcome(
     raise SerializationError(f"process 0 failed at {name!r} ({kind}): {message}")
 
 
+def _primary_holds(arr: Any) -> bool:
+    """Whether process 0's devices hold every block of ``arr``.
+
+    Decided from the sharding alone, so every process reaches the same answer
+    (``is_fully_addressable`` differs from process to process).
+    """
+    blocks = arr.sharding.devices_indices_map(tuple(arr.shape))
+
+    def marker(index: Any) -> tuple[Any, ...]:
+        return tuple((s.start, s.stop, s.step) for s in index)
+
+    everywhere = {marker(index) for index in blocks.values()}
+    on_primary = {marker(index) for device, index in blocks.items() if device.process_index == 0}
+    return everywhere <= on_primary
+
+
 def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) -> None:
-    """Refuse arrays the primary process does not hold entirely (multi-process runs)."""
+    """Refuse arrays that process 0 does not hold entirely (multi-process runs).
+
+    Every process reaches the same verdict, so all of them raise together.
+    """
     import jax
 
     for key, arr in arrays.items():
-        if not isinstance(arr, jax.Array):
-            continue
-        if arr.is_fully_addressable or arr.is_fully_replicated:
+        if not isinstance(arr, jax.Array) or _primary_holds(arr):
             continue
         raise SerializationError(
-            f"{where}: array {key!r} (shape {tuple(arr.shape)}) is sharded across processes "
-            f"and no single process holds all of it; the {fmt_name!r} format is written by "
-            'process 0 alone. Use format="orbax", where every process writes its own shards'
+            f"{where}: array {key!r} (shape {tuple(arr.shape)}) is not held entirely by "
+            f"process 0, and the {fmt_name!r} format is written by process 0 alone. Use "
+            'format="orbax", where every process writes its own shards'
         )
