@@ -105,7 +105,10 @@ def task_save_restore(directory: str) -> None:
 
     theirs = Mesh(np.array([d for d in jax.devices() if d.process_index == 1]), ("y",))
     only_one = jax.make_array_from_callback(
-        shape, NamedSharding(theirs, P()), lambda i: _expected(shape)[i], dtype=np.float32
+        shape,
+        NamedSharding(theirs, P()),
+        lambda i: _expected(shape)[i],  # type: ignore[index]
+        dtype=np.float32,
     )
     try:
         jio.export({"b": only_one}, os.path.join(directory, "elsewhere.zip"))
