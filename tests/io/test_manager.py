@@ -159,3 +159,14 @@ def test_kill_mid_save_keeps_older_steps(fmt: str, at: str, tmp_path: Path) -> N
     manager.save(2, {"w": np.arange(3)})  # the debris does not block the next save
     manager.wait()
     assert manager.all_steps() == [2]
+
+
+@pytest.mark.parametrize("url", ["gs://bucket/run", "memory://run"])
+def test_a_url_is_refused_before_anything_is_written(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL is not turned into a local folder named 'gs:'; the error says what to do."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SerializationError, match=r'local path.*format="orbax"'):
+        jio.CheckpointManager(url)
+    assert list(tmp_path.iterdir()) == []

@@ -26,7 +26,7 @@ from jaxstruct.registry import SerializationError
 from . import _atomic, _multihost
 from ._async import ExportHandle
 from ._atomic import fsync_dir
-from ._checkpoint import _format_named, export, load
+from ._checkpoint import _format_named, export, is_url, load
 
 __all__ = ["CheckpointManager"]
 
@@ -97,6 +97,12 @@ class CheckpointManager:
             )
         if best_metric is not None and not isinstance(best_metric, str):
             raise TypeError(f"best_metric expected a str, got {best_metric!r}")
+        if is_url(os.fspath(directory)):
+            raise SerializationError(
+                f"CheckpointManager({os.fspath(directory)!r}): the manager keeps its steps in a "
+                "local (or mounted) directory and cannot list or prune a URL; give a local path, "
+                'or export/load each step to the URL yourself with format="orbax"'
+            )
         self._format = _format_named(format or "directory")
         self.format = self._format.name
         self.directory = Path(os.fspath(directory)).absolute()
