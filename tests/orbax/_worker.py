@@ -56,7 +56,9 @@ def _check_shards(arr: jax.Array, shape: tuple[int, int]) -> None:
 
 def task_save_restore(directory: str) -> None:
     """Save a cross-process array, restore it into two shardings; built-in format rules."""
+    import jax.experimental.multihost_utils
     import jaxstruct.io as jio
+    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
     from jaxstruct.registry import SerializationError
@@ -76,6 +78,20 @@ def task_save_restore(directory: str) -> None:
         back = jio.load(os.path.join(directory, "ck"), target=target)
         assert back["a"].sharding == NamedSharding(mesh, spec) and back["step"] == 3
         _check_shards(back["a"], shape)
+    # overwrite=True: the processes write a temporary sibling together, process 0
+    # swaps it in; nothing else is left in the directory.
+    again = os.path.join(directory, "again")
+    jio.export({"a": a}, again, format="orbax")
+    jio.export({"a": a * 2, "step": 4}, again, format="orbax", overwrite=True)
+    back = jio.load(
+        again, target={"a": jax.ShapeDtypeStruct(shape, a.dtype, sharding=a.sharding), "step": None}
+    )
+    assert back["step"] == 4
+    for shard in back["a"].addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), 2 * _expected(shape)[shard.index])  # type: ignore[index,operator]
+    jax.experimental.multihost_utils.sync_global_devices("listed")
+    leftovers = [name for name in os.listdir(directory) if name.startswith(".")]
+    assert not leftovers, leftovers
     # Built-in formats: replicated data is written once, by process 0.
     jio.export({"r": replicated}, os.path.join(directory, "builtin.zip"))
     back = jio.load(os.path.join(directory, "builtin.zip"))
@@ -100,7 +116,6 @@ def task_save_restore(directory: str) -> None:
         raise AssertionError("the zip format accepted an array no process holds")
     assert not os.path.exists(os.path.join(directory, "refused.zip"))
     # An array on process 1's devices alone: both processes refuse it alike.
-    import numpy as np
     from jax.sharding import Mesh
 
     theirs = Mesh(np.array([d for d in jax.devices() if d.process_index == 1]), ("y",))

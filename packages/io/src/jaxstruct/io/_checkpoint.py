@@ -188,10 +188,8 @@ def _replace_atomically(
 ) -> None:
     """Overwrite with a self-publishing format: write beside the target, then swap them."""
     if _multihost.process_count() > 1:
-        raise SerializationError(
-            f"{str(target)!r}: overwrite=True with the {fmt.name!r} format is not supported in a "
-            "multi-process run; export to a new path (CheckpointManager uses one per step)"
-        )
+        _replace_everywhere(target, fmt, manifest, arrays, compression)
+        return
     tmp = _atomic.temp_sibling(target)
     old: Path | None = None
     try:
@@ -204,6 +202,39 @@ def _replace_atomically(
         _atomic.step("published")
     finally:
         _atomic.remove(old if old is not None else tmp)
+    _atomic.step("done")
+
+
+def _replace_everywhere(
+    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
+) -> None:
+    """Overwrite in a multi-process run: every process writes the same temporary
+    sibling (a format that writes collectively), then process 0 swaps it in."""
+    primary = _multihost.is_primary()
+    name = _atomic.temp_sibling(target).name if primary else ""
+    tmp = target.with_name(_multihost.agree("overwrite-name", name))
+    try:
+        fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
+    except BaseException as err:
+        if primary:
+            _atomic.remove(tmp)
+        if isinstance(err, OSError):
+            raise _disk_error(target, err) from err
+        raise
+    error: BaseException | None = None
+    if primary:
+        old: Path | None = None
+        try:
+            old = _atomic.exchange(tmp, target)
+            _atomic.fsync_dir(target.parent)
+            _atomic.step("published")
+        except BaseException as err:
+            error = _disk_error(target, err) if isinstance(err, OSError) else err
+        finally:
+            _atomic.remove(old if old is not None else tmp)
+    _multihost.share_outcome("overwrite-publish", error)
+    if error is not None:
+        raise error
     _atomic.step("done")
 
 

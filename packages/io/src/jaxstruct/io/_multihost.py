@@ -11,6 +11,7 @@ from jaxstruct.registry import SerializationError
 
 __all__ = [
     "BARRIER_TIMEOUT_S",
+    "agree",
     "barrier",
     "check_primary_holds",
     "is_primary",
@@ -76,6 +77,32 @@ def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
     except Exception as err:
         raise SerializationError(
             f"the processes did not all reach barrier {name!r} within {timeout_s:.0f} s "
+            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+        ) from err
+
+
+def agree(name: str, value: str, timeout_s: float = BARRIER_TIMEOUT_S) -> str:
+    """Return process 0's ``value`` in every process (``value`` itself with one process).
+
+    The others' own ``value`` is ignored. Every process must call it in the
+    same order as :func:`barrier`.
+    """
+    if process_count() == 1:
+        return value
+    unique = f"jaxstruct-{name}-{next(_counter)}"
+    client = _client()
+    if client is None:  # pragma: no cover - JAX moved it
+        raise SerializationError(
+            f"{name}: jax.distributed's client was not found, so the processes cannot agree"
+        )
+    if is_primary():
+        client.key_value_set(unique, value)
+        return value
+    try:
+        return str(client.blocking_key_value_get(unique, int(timeout_s * 1000)))
+    except Exception as err:
+        raise SerializationError(
+            f"process 0 did not reach {name!r} within {timeout_s:.0f} s "
             f"({type(err).__name__}: {err}); every process must call export()/load() together"
         ) from err
 
