@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -60,3 +61,29 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     path = jio.export({"a": 1}, tmp_path / "c")
     out = subprocess.run([exe, "inspect", str(path)], check=True, capture_output=True, text=True)
     assert "directory checkpoint" in out.stdout
+
+
+def test_inspect_and_verify_run_without_importing_jax(tmp_path: Path) -> None:
+    """`jaxstruct inspect --json --verify` reads a checkpoint of JAX arrays with JAX unloaded."""
+    import jax.numpy as jnp
+
+    path = jio.export(Model(weights={"w": jnp.arange(6.0)}), tmp_path / "m.zip")
+    code = (
+        "import json, sys\n"
+        "from jaxstruct.io._cli import main\n"
+        "sys.argv = ['jaxstruct', 'inspect', sys.argv[1], '--json', '--verify']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print('jax' in sys.modules, 'jaxlib' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    *report, imported = out.stdout.strip().splitlines()
+    info = json.loads("\n".join(report))
+    assert info["verify"] == {"ok": True, "problems": []}
+    assert "<f4[6]" in json.dumps(info["tree"])
+    assert imported == "False False"

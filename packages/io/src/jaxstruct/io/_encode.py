@@ -43,10 +43,10 @@ import gc
 import math
 import pathlib
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import numpy as np
 from jaxstruct.registry import (
     SerializationError,
@@ -160,6 +160,8 @@ class _Encoder:
     def _jax_array(self, value: Any, path: _Path) -> list[Any]:
         # The array is kept as the user holds it (possibly sharded over devices or
         # processes): the format writes it shard by shard, so nothing is gathered here.
+        import jax
+
         if isinstance(value, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
             raise SerializationError(
                 f"cannot export the value at {path}: it is a JAX tracer; export outside "
@@ -245,7 +247,8 @@ class _Encoder:
         if isinstance(value, np.generic):
             dtype = value.dtype
             return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
-        if isinstance(value, jax.Array):
+        jax = sys.modules.get("jax")  # not imported: then no value is a JAX array
+        if jax is not None and isinstance(value, jax.Array):
             return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), value.name]

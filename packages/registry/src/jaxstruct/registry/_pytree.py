@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import jax
-
 from ._errors import ClassReferenceError, RegistrationError
 from ._refs import register_class_ref, resolve_class
 
@@ -155,6 +153,7 @@ def register_pytree_type(
             with JAX by someone else.
 
     Example:
+        >>> import jax
         >>> class Pair:
         ...     def __init__(self, a, b):
         ...         self.a, self.b = a, b
@@ -192,6 +191,8 @@ def register_pytree_type(
 
 
 def _register_with_jax(spec: PytreeSpec) -> None:
+    import jax  # here, not at the top: reading a checkpoint's manifest needs no JAX
+
     cls = spec.cls
     with _lock:
         if cls not in _specs:
@@ -250,6 +251,7 @@ def register_attrs_type(
             arguments are otherwise malformed.
 
     Example:
+        >>> import jax
         >>> class Edge:
         ...     def __init__(self, flux, source):
         ...         self.flux, self.source = flux, source
@@ -269,6 +271,8 @@ def register_attrs_type(
     _check_callable("constructor", constructor, optional=True)
     get_nodes = _tuple_getter(nodes)
     get_statics = _tuple_getter(statics)
+    import jax
+
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in nodes)
     new: Any = cls.__new__
     setattr_ = object.__setattr__
