@@ -37,6 +37,7 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
+from . import _read
 from ._read import Job, read_into_shards
 
 __all__ = ["OrbaxFormat"]
@@ -450,7 +451,10 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         directory = self.path / ARRAYS
         try:
             use_ocdbt = th.is_ocdbt_checkpoint(directory)
-            context = th.get_ts_context(use_ocdbt=use_ocdbt)
+            context = ts.Context(
+                {"cache_pool": {"total_bytes_limit": _read.CACHE_BYTES}},
+                parent=th.get_ts_context(use_ocdbt=use_ocdbt),
+            )
             opening = {}
             for key in wanted:
                 info = th.ParamInfo(

@@ -23,12 +23,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "IN_FLIGHT", "Job", "aligned_empty", "read_into_shards"]
+__all__ = ["BLOCK_BYTES", "CACHE_BYTES", "IN_FLIGHT", "Job", "aligned_empty", "read_into_shards"]
 
 #: Largest block read at once (rounded to whole stored chunks).
 BLOCK_BYTES = 32 << 20
-#: Blocks being read while the previous one is copied into the shards.
+#: Blocks being read at once.
 IN_FLIGHT = 2
+#: Tensorstore's chunk cache while reading: the blocks in flight, and one more.
+CACHE_BYTES = (IN_FLIGHT + 1) * BLOCK_BYTES
 _ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
 
 Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
@@ -149,27 +151,61 @@ class _Plan:
 
 
 def _fill(plans: Mapping[str, _Plan]) -> None:
-    """Read every block, at most ``IN_FLIGHT`` blocks' worth of bytes at a time."""
-    pending: collections.deque[tuple[Any, int, _Plan, Box, list[tuple[Box, Box]]]] = (
-        collections.deque()
-    )
+    """Read every block, at most ``IN_FLIGHT`` blocks' worth of bytes at a time.
+
+    A block within ``BLOCK_BYTES`` (or feeding one shard only) is written by
+    tensorstore straight into each shard's buffer: the shards' reads of one
+    block share its decoded chunks in the chunk cache (``CACHE_BYTES``). A
+    larger block (a chunk bigger than the cache could hold) is read once into
+    its own array, then copied into the shards.
+    """
+    import tensorstore as ts
+
+    pending: collections.deque[_Pending] = collections.deque()
     in_flight = 0
     for plan in plans.values():
         for need, parts in plan.reads():
             nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
             while pending and in_flight + nbytes > IN_FLIGHT * BLOCK_BYTES:
-                in_flight -= _copy(*pending.popleft())
-            region = plan.job.store[tuple(slice(lo, hi) for lo, hi in need)]
-            pending.append((region.read(), nbytes, plan, need, parts))
+                in_flight -= pending.popleft().finish()
+            if len(parts) == 1 or nbytes <= BLOCK_BYTES:
+                writes = [
+                    ts.array(plan.buffers[box])[_within(cut, box)].write(
+                        plan.job.store[_within(cut, None)]
+                    )
+                    for box, cut in parts
+                ]
+                pending.append(_Pending(nbytes, writes))
+            else:
+                read = plan.job.store[_within(need, None)].read()
+                pending.append(_Pending(nbytes, [], read, plan, need, parts))
             in_flight += nbytes
     while pending:
-        _copy(*pending.popleft())
+        pending.popleft().finish()
 
 
-def _copy(future: Any, nbytes: int, plan: _Plan, need: Box, parts: list[tuple[Box, Box]]) -> int:
-    data = future.result()
-    for box, cut in parts:
-        dst = tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(cut, box, strict=True))
-        src = tuple(slice(lo - n0, hi - n0) for (lo, hi), (n0, _) in zip(cut, need, strict=True))
-        plan.buffers[box][dst] = data[src]
-    return nbytes
+def _within(cut: Box, box: Box | None) -> tuple[slice, ...]:
+    """``cut`` as slices relative to the origin of ``box`` (``None``: the array's)."""
+    if box is None:
+        return tuple(slice(lo, hi) for lo, hi in cut)
+    return tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(cut, box, strict=True))
+
+
+class _Pending(NamedTuple):
+    """A block being read: tensorstore's writes into the shards, or one read to copy out."""
+
+    nbytes: int
+    writes: list[Any]
+    read: Any = None
+    plan: _Plan | None = None
+    need: Box = ()
+    parts: Sequence[tuple[Box, Box]] = ()
+
+    def finish(self) -> int:
+        for write in self.writes:
+            write.result()
+        if self.read is not None and self.plan is not None:
+            data = self.read.result()
+            for box, cut in self.parts:
+                self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.need)]
+        return self.nbytes
