@@ -8,11 +8,16 @@ A checkpoint is one orbax composite checkpoint directory with two items:
   written once by the primary process through orbax's JSON handler.
 
 Orbax commits the two together atomically (a temporary directory, then a
-rename, with barriers across processes). Loading reads the manifest bytes
-itself, within the caller's limits, and asks orbax for the wanted arrays
-only, as plain arrays: orbax's own metadata never decides a type, and no
-module is ever imported. Zero-size arrays, which orbax refuses, are not
-stored: the manifest's dtype and shape rebuild them.
+rename, with barriers across processes). Array chunks are stored as they are
+(zstd only with ``compression="deflate"``) in orbax data files of at most
+``DATA_FILE_BYTES``, so tensorstore writes straight from the arrays' buffers.
+
+Loading reads the manifest bytes itself, within the caller's limits, and
+reads the wanted arrays only, as plain arrays: orbax's own metadata never
+decides a type, and no module is ever imported. Arrays wanted on devices are
+read with tensorstore straight into their shards (``_read``); arrays wanted
+as NumPy go through orbax's restore. Zero-size arrays, which orbax refuses,
+are not stored: the manifest's dtype and shape rebuild them.
 
 orbax-checkpoint is imported only when the format is used, so registering
 the plugin costs nothing.
