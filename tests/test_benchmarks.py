@@ -75,15 +75,33 @@ def test_benchmark_report_names_the_interpreter() -> None:
     assert out.startswith(named), out.splitlines()[0]
 
 
-def test_orbax_benchmark_runs_and_reports_ratios() -> None:
-    """A tiny run of bench_orbax.py prints its four ratio rows."""
+def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
+    """``run.py --orbax-only -- ARGS`` runs bench_orbax.py: its rows, each with a verdict."""
     out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_orbax.py"), "--gib=0.01", "--small=50", "--repeats=1"],
+        [
+            sys.executable,
+            str(BENCH / "run.py"),
+            "--orbax-only",
+            "--",
+            "--gib=0.01",
+            "--small=50",
+            "--rounds=1",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [r.split("|")[1].split()[0] for r in rows[1:]] == ["save", "restore", "blocking", "save"]
-    assert "x" in rows[1].split("|")[3]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
+    assert [c[0].split()[0] for c in cells] == [
+        "save",
+        "save:",
+        "restore",
+        "restore:",
+        "blocking",
+        "save",
+    ]
+    assert all(c[-1] in ("met", "**missed**") for c in cells), rows
+    assert cells[1][3].startswith("+") and cells[1][3].endswith("GiB")  # our peak, from VmHWM
+    assert cells[3][1].startswith("+") and cells[3][1].endswith("x data")

@@ -8,11 +8,16 @@ A checkpoint is one orbax composite checkpoint directory with two items:
   written once by the primary process through orbax's JSON handler.
 
 Orbax commits the two together atomically (a temporary directory, then a
-rename, with barriers across processes). Loading reads the manifest bytes
-itself, within the caller's limits, and asks orbax for the wanted arrays
-only, as plain arrays: orbax's own metadata never decides a type, and no
-module is ever imported. Zero-size arrays, which orbax refuses, are not
-stored: the manifest's dtype and shape rebuild them.
+rename, with barriers across processes). Array chunks are stored as they are
+(zstd only with ``compression="deflate"``) in orbax data files of at most
+``DATA_FILE_BYTES``, so tensorstore writes straight from the arrays' buffers.
+
+Loading reads the manifest bytes itself, within the caller's limits, and
+reads the wanted arrays only, as plain arrays: orbax's own metadata never
+decides a type, and no module is ever imported. Arrays wanted on devices are
+read with tensorstore straight into their shards (``_read``); arrays wanted
+as NumPy go through orbax's restore. Zero-size arrays, which orbax refuses,
+are not stored: the manifest's dtype and shape rebuild them.
 
 orbax-checkpoint is imported only when the format is used, so registering
 the plugin costs nothing.
@@ -36,6 +41,9 @@ from jaxstruct.io import (
     place,
 )
 from jaxstruct.registry import SerializationError
+
+from . import _read
+from ._read import Job, read_into_shards
 
 __all__ = ["OrbaxFormat"]
 
@@ -140,6 +148,29 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return stored, layouts
 
 
+#: Largest orbax data file (and so stored chunk) written. Orbax's default (2 GiB)
+#: keeps a whole checkpoint's compressed chunks in memory until the end of a save,
+#: and chunks that large make every resharded restore decode whole shards.
+DATA_FILE_BYTES = 32 << 20
+
+
+def _handler(compression: str) -> Any:
+    """Orbax's composite handler; array chunks are compressed only when asked for.
+
+    zstd barely shrinks floating-point weights, and a compressed save keeps an
+    encoded copy of each chunk on the host; uncompressed, tensorstore writes
+    straight from the arrays' own buffers.
+    """
+    ocp = _ocp()
+    return ocp.CompositeCheckpointHandler(
+        **{
+            MANIFEST_ITEM: ocp.JsonCheckpointHandler(),
+            STORAGE_ITEM: ocp.JsonCheckpointHandler(),
+            ARRAYS: ocp.PyTreeCheckpointHandler(use_compression=compression == "deflate"),
+        }
+    )
+
+
 def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
     ocp = _ocp()
     try:
@@ -152,7 +183,7 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
         STORAGE_ITEM: ocp.args.JsonSave({"version": 1, "arrays": layouts}),
     }
     if stored:
-        items[ARRAYS] = ocp.args.PyTreeSave(stored)
+        items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=DATA_FILE_BYTES)
     return ocp.args.Composite(**items)
 
 
@@ -217,7 +248,7 @@ class OrbaxFormat(Format):
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
         ocp = _ocp()
         args = _save_args(manifest, arrays)
-        checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        checkpointer = ocp.Checkpointer(_handler(compression))
         try:
             checkpointer.save(_epath(target), args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -238,7 +269,7 @@ class OrbaxFormat(Format):
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
         ocp = _ocp()
         args = _save_args(manifest, _host_safe(arrays))
-        checkpointer = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+        checkpointer = ocp.AsyncCheckpointer(_handler(compression))
         try:
             checkpointer.save(_epath(target), args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -326,6 +357,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         self.manifest = manifest
         self.layouts = layouts
         self.where = where
+        self.use_zarr3 = False
 
     def close(self) -> None:
         pass
@@ -335,7 +367,9 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         ocp = _ocp()
         handler = ocp.PyTreeCheckpointHandler()
         try:
-            tree = handler.metadata(self.path / ARRAYS).tree
+            metadata = handler.metadata(self.path / ARRAYS)
+            tree = metadata.tree
+            self.use_zarr3 = bool(getattr(metadata, "use_zarr3", False))
         except Exception as err:
             raise SerializationError(
                 f"{self.where}: orbax cannot read the arrays item ({type(err).__name__}: {err})"
@@ -399,21 +433,76 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                 out[key] = place(np.empty(spec[1], dtype=spec[0]), wanted[key])
         if not to_read:
             return out
+        sharded = {
+            k: p
+            for k, p in to_read.items()
+            if p is not None and self.layouts.get(k, {}).get("as") != "bytes"
+        }
+        if sharded:
+            out.update(self._read_sharded(sharded, storage))
+        on_host = {k: p for k, p in to_read.items() if k not in sharded}
+        if on_host:
+            out.update(self._read_on_host(on_host, storage, table, len(on_host) < len(stored)))
+        return out
+
+    def _read_sharded(
+        self, wanted: Mapping[str, Any], storage: Mapping[str, tuple[Any, np.dtype]]
+    ) -> dict[str, Any]:
+        """Arrays placed on devices: read straight into their shards (see ``_read``)."""
+        ocp = _ocp()
+        import tensorstore as ts
+
+        th = ocp.type_handlers
+        directory = self.path / ARRAYS
+        try:
+            use_ocdbt = th.is_ocdbt_checkpoint(directory)
+            context = ts.Context(
+                {"cache_pool": {"total_bytes_limit": _read.CACHE_BYTES}},
+                parent=th.get_ts_context(use_ocdbt=use_ocdbt),
+            )
+            opening = {}
+            for key in wanted:
+                info = th.ParamInfo(
+                    name=key,
+                    parent_dir=directory,
+                    is_ocdbt_checkpoint=use_ocdbt,
+                    use_zarr3=self.use_zarr3,
+                    ts_context=context,
+                )
+                spec = th.get_json_tspec_read(info, use_ocdbt=use_ocdbt)
+                opening[key] = ts.open(spec, open=True, read=True, context=context)
+            jobs = {}
+            for key, placement in wanted.items():
+                store = opening[key].result()
+                shape, dtype = storage[key]
+                if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
+                    raise ValueError(
+                        f"array {key!r} holds {store.dtype} {tuple(store.shape)}, "
+                        f"orbax's metadata said {dtype} {tuple(shape)}"
+                    )
+                view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
+                jobs[key] = Job(store, tuple(shape), placement, view)
+            return read_into_shards(jobs)
+        except Exception as err:
+            raise SerializationError(
+                f"{self.where}: orbax could not read the arrays ({type(err).__name__}: {err})"
+            ) from None
+
+    def _read_on_host(
+        self,
+        to_read: Mapping[str, Any],
+        storage: Mapping[str, tuple[Any, np.dtype]],
+        table: Mapping[str, ArraySpec],
+        partial: bool,
+    ) -> dict[str, Any]:
+        """Arrays wanted as NumPy (or stored as raw bytes): through orbax's restore."""
         ocp = _ocp()
         item: dict[str, Any] = {}
         restore_args: dict[str, Any] = {}
-        for key, placement in to_read.items():
-            shape, dtype = storage[key]
-            if placement is None or self.layouts.get(key, {}).get("as") == "bytes":
-                item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
-                restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
-            else:
-                import jax
-
-                item[key] = jax.ShapeDtypeStruct(shape, dtype, sharding=placement)
-                # Shape and dtype were checked against the manifest above: passing them
-                # again would make orbax convert (an extra copy of every array).
-                restore_args[key] = ocp.ArrayRestoreArgs(sharding=placement)
+        for key in to_read:
+            _, dtype = storage[key]
+            item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
+            restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
         checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
         try:
             restored = checkpointer.restore(
@@ -423,7 +512,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                         ARRAYS: ocp.args.PyTreeRestore(
                             item=item,
                             restore_args=restore_args,
-                            partial_restore=len(to_read) < len(stored),
+                            partial_restore=partial,
                         )
                     }
                 ),
@@ -434,8 +523,9 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             ) from None
         finally:
             checkpointer.close()
-        for key, placement in to_read.items():
-            out[key] = _from_storage(
+        return {
+            key: _from_storage(
                 restored[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
             )
-        return out
+            for key, placement in to_read.items()
+        }

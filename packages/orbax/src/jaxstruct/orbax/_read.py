@@ -1,0 +1,211 @@
+"""Reading one stored array straight into the shards of a ``jax.Array``.
+
+Orbax reads every target shard on its own: when the target is sharded
+differently from the stored chunks (resharding), each stored chunk is
+decoded once per shard it overlaps, and each shard is read into a fresh
+host buffer that JAX then copies, because it is not aligned as JAX wants.
+
+Here the stored array is read once, in blocks of whole stored chunks of at
+most ``BLOCK_BYTES`` (a block that one chunk alone exceeds is that chunk),
+at most ``IN_FLIGHT`` blocks at a time; each block is copied into the host
+buffers of the shards it overlaps. Those buffers are 64-byte aligned, so on
+CPU devices JAX adopts them without a copy: the peak is the result plus a few
+blocks. Each process reads only the blocks its own devices need.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["BLOCK_BYTES", "CACHE_BYTES", "IN_FLIGHT", "Job", "aligned_empty", "read_into_shards"]
+
+#: Largest block read at once (rounded to whole stored chunks).
+BLOCK_BYTES = 32 << 20
+#: Blocks being read at once.
+IN_FLIGHT = 2
+#: Tensorstore's chunk cache while reading: the blocks in flight, and one more.
+CACHE_BYTES = (IN_FLIGHT + 1) * BLOCK_BYTES
+_ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
+
+Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
+
+
+def aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-ordered array whose data starts on a 64-byte boundary."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + nbytes].view(dtype).reshape(tuple(shape))
+
+
+def _box(index: tuple[slice, ...], shape: Sequence[int]) -> Box:
+    return tuple(
+        (s.start or 0, n if s.stop is None else s.stop) for s, n in zip(index, shape, strict=True)
+    )
+
+
+def _intersect(a: Box, b: Box) -> Box | None:
+    out = tuple((max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(a, b, strict=True))
+    return out if all(lo < hi for lo, hi in out) else None
+
+
+def _block_shape(shape: Sequence[int], chunk: Sequence[int], itemsize: int) -> list[int]:
+    """Whole chunks per block: grow along the leading dimensions within ``BLOCK_BYTES``."""
+    block = [max(1, min(c, n)) for c, n in zip(chunk, shape, strict=True)]
+    for dim in range(len(block)):
+        other = math.prod(block[:dim] + block[dim + 1 :]) * itemsize
+        fits = max(1, BLOCK_BYTES // max(1, other * block[dim]))
+        block[dim] = min(shape[dim], block[dim] * fits)
+        if fits == 1:
+            break
+    return block
+
+
+def _blocks(shape: Sequence[int], block: Sequence[int], wanted: Box) -> Iterator[Box]:
+    """The blocks of the grid that overlap ``wanted``, clipped to the array."""
+    ranges = [range(lo // b * b, hi, b) for (lo, hi), b in zip(wanted, block, strict=True)]
+    for starts in itertools.product(*ranges):
+        yield tuple((s, min(s + b, n)) for s, b, n in zip(starts, block, shape, strict=True))
+
+
+class Job(NamedTuple):
+    """One array to read: an open tensorstore, its shape, the target sharding.
+
+    ``view`` reinterprets the read bytes before they reach the devices (stored
+    ``uint8`` read back as ``bool``), or is ``None``.
+    """
+
+    store: Any
+    shape: tuple[int, ...]
+    sharding: Any
+    view: np.dtype | None = None
+
+
+def read_into_shards(jobs: Mapping[str, Job]) -> dict[str, Any]:
+    """Read every job's array as a ``jax.Array`` with its sharding.
+
+    Blocks of all the arrays go through one pipeline, so many small arrays
+    are read concurrently. Raises whatever tensorstore raises for missing or
+    corrupt data.
+    """
+    import jax
+
+    plans = {key: _Plan(job) for key, job in jobs.items()}
+    _fill(plans)
+    out = {}
+    for key, plan in plans.items():
+        arrays = []
+        for box, devices in plan.devices_of.items():
+            host = plan.buffers[box]
+            if plan.job.view is not None:
+                host = host.view(plan.job.view)
+            for device in devices:
+                where = jax.sharding.SingleDeviceSharding(
+                    device, memory_kind=plan.job.sharding.memory_kind
+                )
+                arrays.append(jax.device_put(host, where))
+        out[key] = jax.make_array_from_single_device_arrays(
+            plan.job.shape, plan.job.sharding, arrays
+        )
+    return out
+
+
+class _Plan:
+    """The host buffers of one array's distinct shards, and which devices take each."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.dtype = np.dtype(job.store.dtype.numpy_dtype)
+        self.devices_of: dict[Box, list[Any]] = collections.defaultdict(list)
+        for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
+            self.devices_of[_box(index, job.shape)].append(device)
+        self.buffers = {
+            box: aligned_empty([hi - lo for lo, hi in box], self.dtype) for box in self.devices_of
+        }
+
+    def reads(self) -> Iterator[tuple[Box, list[tuple[Box, Box]]]]:
+        """``(region to read, [(shard, part of the region for that shard)])`` per block."""
+        shape = self.job.shape
+        if not self.buffers or not math.prod(shape):
+            return
+        chunk = list(self.job.store.chunk_layout.read_chunk.shape or shape)
+        block = _block_shape(shape, chunk, self.dtype.itemsize)
+        wanted = tuple(
+            (min(b[d][0] for b in self.buffers), max(b[d][1] for b in self.buffers))
+            for d in range(len(shape))
+        )
+        for block_box in _blocks(shape, block, wanted):
+            parts = [(box, cut) for box in self.buffers if (cut := _intersect(block_box, box))]
+            if parts:  # read only the part of the block some shard needs
+                need = tuple(
+                    (min(c[d][0] for _, c in parts), max(c[d][1] for _, c in parts))
+                    for d in range(len(shape))
+                )
+                yield need, parts
+
+
+def _fill(plans: Mapping[str, _Plan]) -> None:
+    """Read every block, at most ``IN_FLIGHT`` blocks' worth of bytes at a time.
+
+    A block within ``BLOCK_BYTES`` (or feeding one shard only) is written by
+    tensorstore straight into each shard's buffer: the shards' reads of one
+    block share its decoded chunks in the chunk cache (``CACHE_BYTES``). A
+    larger block (a chunk bigger than the cache could hold) is read once into
+    its own array, then copied into the shards.
+    """
+    import tensorstore as ts
+
+    pending: collections.deque[_Pending] = collections.deque()
+    in_flight = 0
+    for plan in plans.values():
+        for need, parts in plan.reads():
+            nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
+            while pending and in_flight + nbytes > IN_FLIGHT * BLOCK_BYTES:
+                in_flight -= pending.popleft().finish()
+            if len(parts) == 1 or nbytes <= BLOCK_BYTES:
+                writes = [
+                    ts.array(plan.buffers[box])[_within(cut, box)].write(
+                        plan.job.store[_within(cut, None)]
+                    )
+                    for box, cut in parts
+                ]
+                pending.append(_Pending(nbytes, writes))
+            else:
+                read = plan.job.store[_within(need, None)].read()
+                pending.append(_Pending(nbytes, [], read, plan, need, parts))
+            in_flight += nbytes
+    while pending:
+        pending.popleft().finish()
+
+
+def _within(cut: Box, box: Box | None) -> tuple[slice, ...]:
+    """``cut`` as slices relative to the origin of ``box`` (``None``: the array's)."""
+    if box is None:
+        return tuple(slice(lo, hi) for lo, hi in cut)
+    return tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(cut, box, strict=True))
+
+
+class _Pending(NamedTuple):
+    """A block being read: tensorstore's writes into the shards, or one read to copy out."""
+
+    nbytes: int
+    writes: list[Any]
+    read: Any = None
+    plan: _Plan | None = None
+    need: Box = ()
+    parts: Sequence[tuple[Box, Box]] = ()
+
+    def finish(self) -> int:
+        for write in self.writes:
+            write.result()
+        if self.read is not None and self.plan is not None:
+            data = self.read.result()
+            for box, cut in self.parts:
+                self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.need)]
+        return self.nbytes

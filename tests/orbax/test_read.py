@@ -1,0 +1,160 @@
+"""How the orbax format stores and reads arrays: chunked blocks, any target sharding, dtypes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxstruct.io as jio
+import ml_dtypes
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from jaxstruct.orbax import _format, _read
+from jaxstruct.registry import SerializationError
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of at most 1 KiB and blocks of 2 KiB: every array spans many blocks."""
+    monkeypatch.setattr(_format, "DATA_FILE_BYTES", 1024)
+    monkeypatch.setattr(_read, "BLOCK_BYTES", 2048)
+
+
+def _values() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "f32": rng.standard_normal((64, 24)).astype(np.float32),
+        "bf16": rng.standard_normal((16, 8, 6)).astype(ml_dtypes.bfloat16),
+        "flags": rng.random((40, 8)) > 0.5,
+        "i16": np.arange(8 * 32, dtype=np.int16).reshape(8, 32),
+    }
+
+
+SPECS = {
+    "rows": ((8,), ("x",), P("x")),
+    "columns": ((8,), ("x",), P(None, "x")),
+    "grid": ((2, 4), ("a", "b"), P("b", "a")),
+    "replicated": ((8,), ("x",), P()),
+    "half-replicated": ((2, 4), ("a", "b"), P("a")),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_restores_every_dtype_into_every_sharding(
+    tmp_path: Path, small_blocks: None, spec: str
+) -> None:
+    """Values saved sharded by rows come back exact in any target sharding, block by block."""
+    shape, names, pspec = SPECS[spec]
+    mesh = jax.make_mesh(shape, names)
+    values = _values()
+    rows = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    saved = {k: jax.device_put(v, rows) for k, v in values.items()}
+    path = jio.export(saved, tmp_path / "ck", format="orbax")
+    sharding = NamedSharding(mesh, pspec)
+    target = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding) for k, v in values.items()
+    }
+    back = jio.load(path, target=target)
+    for key, value in values.items():
+        assert back[key].sharding == sharding
+        assert back[key].dtype == value.dtype
+        np.testing.assert_array_equal(np.asarray(back[key]), value)
+
+
+@pytest.mark.parametrize("spec", ["columns", "grid", "half-replicated"])
+def test_chunks_larger_than_a_block_are_read_once_and_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    """Stored chunks bigger than a block (old checkpoints): read whole, then split exactly."""
+    monkeypatch.setattr(_read, "BLOCK_BYTES", 64)
+    shape, names, pspec = SPECS[spec]
+    values = _values()
+    rows = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    path = jio.export(
+        {k: jax.device_put(v, rows) for k, v in values.items()}, tmp_path / "ck", format="orbax"
+    )
+    sharding = NamedSharding(jax.make_mesh(shape, names), pspec)
+    target = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding) for k, v in values.items()
+    }
+    back = jio.load(path, target=target)
+    for key, value in values.items():
+        np.testing.assert_array_equal(np.asarray(back[key]), value)
+
+
+def test_partial_restore_mixes_devices_and_host(tmp_path: Path, small_blocks: None) -> None:
+    """Some arrays into shardings, one as NumPy, one left out: each comes back as asked."""
+    values = _values()
+    path = jio.export(values, tmp_path / "ck", format="orbax")
+    sharding = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    target = {
+        "f32": jax.ShapeDtypeStruct((64, 24), np.float32, sharding=sharding),
+        "bf16": None,
+        "flags": jax.ShapeDtypeStruct((40, 8), np.bool_, sharding=sharding),
+        "i16": None,
+    }
+    back = jio.load(path, target=target, select=lambda t: {"f32": t["f32"], "bf16": t["bf16"]})
+    assert set(back) == {"f32", "bf16"}
+    assert isinstance(back["bf16"], np.ndarray)
+    np.testing.assert_array_equal(np.asarray(back["f32"]), values["f32"])
+    np.testing.assert_array_equal(back["bf16"], values["bf16"])
+
+
+def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> None:
+    """A checkpoint written with orbax's own defaults (whole-shard compressed chunks) loads."""
+    path = jio.export({"w": np.zeros(1, np.float32)}, tmp_path / "ck", format="orbax")
+    data = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    w = jax.device_put(data, NamedSharding(jax.make_mesh((8,), ("x",)), P("x")))
+    shutil.rmtree(path / "arrays")
+    checkpointer = ocp.PyTreeCheckpointer()
+    checkpointer.save(path / "arrays", {"a0": w})
+    checkpointer.close()
+    (path / "jaxstruct" / "metadata").write_text(
+        (path / "jaxstruct" / "metadata").read_text().replace('"shape": [1]', '"shape": [64, 16]')
+    )
+    sharding = NamedSharding(jax.make_mesh((2, 4), ("a", "b")), P(None, ("a", "b")))
+    target = {"w": jax.ShapeDtypeStruct((64, 16), np.float32, sharding=sharding)}
+    np.testing.assert_array_equal(np.asarray(jio.load(path, target=target)["w"]), data)
+
+
+def _arrays_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in (path / "arrays").rglob("*") if f.is_file())
+
+
+def test_compression_is_zstd_only_when_asked(tmp_path: Path) -> None:
+    """``compression="deflate"`` compresses the chunks; the default stores them as they are."""
+    data = {"w": jnp.zeros((256, 256), jnp.float32) + jnp.arange(256, dtype=jnp.float32)}
+    plain = jio.export(data, tmp_path / "plain", format="orbax")
+    packed = jio.export(data, tmp_path / "packed", format="orbax", compression="deflate")
+    assert _arrays_bytes(plain) > 256 * 256 * 4
+    assert _arrays_bytes(packed) < 256 * 256 * 4 // 4
+    for path in (plain, packed):
+        np.testing.assert_array_equal(np.asarray(jio.load(path)["w"]), np.asarray(data["w"]))
+
+
+def test_missing_array_data_is_a_serialization_error(tmp_path: Path) -> None:
+    """Chunk data deleted under the checkpoint: a SerializationError, never zeros."""
+    sharding = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    data = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    path = jio.export({"w": jax.device_put(data, sharding)}, tmp_path / "ck", format="orbax")
+    data_files = [f for f in (path / "arrays").rglob("d/*") if f.stat().st_size >= 8 * 64 * 4]
+    assert data_files
+    for file in data_files:
+        file.unlink()
+    target = {"w": jax.ShapeDtypeStruct((256, 64), np.float32, sharding=sharding)}
+    with pytest.raises(SerializationError, match="could not read the arrays"):
+        jio.load(path, target=target)
+
+
+def test_aligned_empty_is_64_byte_aligned() -> None:
+    """The host buffers handed to JAX start on a 64-byte boundary, whatever the shape."""
+    for shape in [(1,), (3, 5), (7, 11, 13)]:
+        for dtype in (np.uint8, np.float32, np.complex128):
+            arr = _read.aligned_empty(shape, np.dtype(dtype))
+            assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
+            assert arr.ctypes.data % 64 == 0
