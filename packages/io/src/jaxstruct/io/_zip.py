@@ -47,6 +47,10 @@ _INLINE = 64 << 10
 # before they are written; larger ones are written straight from the caller's memory.
 _DIRECT_WRITE = 64 << 10
 _BUFFER = 1 << 20
+# Bytes of member name read together with each local header.
+_NAME_GUESS = 226
+# A stored member of at most this many bytes is read whole, with one system call.
+_READ_WHOLE = 64 << 10
 # compression="auto" stores members smaller than this: DEFLATE's setup costs
 # more than the few bytes it could save.
 _TINY = 4096
@@ -564,11 +568,15 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int
             )
         if not 0 <= info.header_offset <= file_size - 30 or info.compress_size < 0:
             raise SerializationError(f"{where}: member {name!r} has an invalid offset or size")
-        header = os.pread(fd, 30, base + info.header_offset)
-        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+        # The local header and (usually) its name in one read.
+        header = os.pread(fd, 30 + _NAME_GUESS, base + info.header_offset)
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
             raise SerializationError(f"{where}: member {name!r} has no valid local header")
         name_len, extra_len = struct.unpack("<HH", header[26:30])
-        local_name = os.pread(fd, name_len, base + info.header_offset + 30)
+        if name_len <= _NAME_GUESS:
+            local_name = header[30 : 30 + name_len]
+        else:
+            local_name = os.pread(fd, name_len, base + info.header_offset + 30)
         if (
             local_name.decode("utf-8", "replace") != name
             and local_name.decode("cp437", "replace") != name
@@ -607,6 +615,11 @@ class MemberReader:
         self._crc = 0
         self._pending = b""
         self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
+        # A small stored member (a .npy header and a tiny array) is read with one
+        # system call up front, instead of one per piece the caller asks for.
+        self._whole: bytes | None = None
+        if self._inflater is None and entry.csize <= _READ_WHOLE:
+            self._whole = os.pread(fd, entry.csize, entry.data_offset)
 
     def _fail(self, problem: str) -> SerializationError:
         return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
@@ -622,7 +635,14 @@ class MemberReader:
         n = view.nbytes
         if self._produced + n > self._entry.size:
             raise self._fail("holds fewer bytes than its contents need")
-        if self._inflater is None:
+        if self._whole is not None:
+            start = self._pos - self._entry.data_offset
+            if start + n > len(self._whole):
+                raise self._fail("file ended early")
+            view[:] = self._whole[start : start + n]
+            self._pos += n
+            self._crc = zlib.crc32(view, self._crc)
+        elif self._inflater is None:
             done = 0
             while done < n:
                 got = os.preadv(self._fd, [view[done:]], self._pos)
