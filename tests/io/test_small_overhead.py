@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.io import _atomic, _zip
 from jaxstruct.io._encode import encode_state
+from jaxstruct.io._inspect import verify
 from jaxstruct.io._manifest import dump_manifest
 from jaxstruct.registry import SerializationError
 
@@ -201,3 +202,27 @@ def test_failed_fsync_on_a_pool_thread_fails_the_export(
     monkeypatch.setattr(os, "fsync", real)
     assert jio.load(path) == {"v": "old"}
     assert [p.name for p in tmp_path.iterdir()] == ["ck"]
+
+
+@pytest.mark.parametrize("fmt", ["directory", "zip"])
+def test_small_members_read_whole_and_large_ones_in_pieces_agree(fmt: str, tmp_path: Path) -> None:
+    """Members on both sides of the read-whole size load the same, and corruption is caught."""
+    limit = _zip._READ_WHOLE
+    value = {
+        "below": np.arange(limit // 8 - 32, dtype=np.float64),  # header + data <= the limit
+        "above": np.arange(limit // 8 + 32, dtype=np.float64),
+        "tiny": np.array([1.5, -7.25]),
+    }
+    path = jio.export(value, tmp_path / f"ck{SUFFIX[fmt]}", compression="none")
+    back = jio.load(path)
+    for k, arr in value.items():
+        np.testing.assert_array_equal(back[k], arr)
+    archive = path / "arrays.npz" if fmt == "directory" else path
+    data = bytearray(archive.read_bytes())
+    pos = data.find(np.array([1.5, -7.25]).tobytes())
+    assert pos > 0
+    data[pos + 7] ^= 0xFF  # corrupt "tiny", read whole
+    archive.write_bytes(bytes(data))
+    with pytest.raises(SerializationError, match=r"'a2\.npy'.*CRC"):
+        jio.load(path)
+    assert any("CRC" in p for p in verify(path))
