@@ -352,10 +352,19 @@ def _remove_later(path: Path) -> None:
     It already sits under a temporary name that carries this process's id:
     if the process dies first, the next export to the target removes it.
     """
-    if STEP_HOOK is not None or _small_tree(path):
-        # Crash tests observe every step on the calling thread; a small checkpoint
-        # goes faster than a hand-over to a thread.
+    if STEP_HOOK is not None:  # crash tests observe every step on the calling thread
         remove(path)
+        return
+    names = _small_tree(path)
+    if names is not None:
+        # A small checkpoint goes faster than a hand-over to a thread: unlink its
+        # few files and the directory directly (rmtree's safe walk costs more).
+        try:
+            for name in names:
+                os.unlink(os.path.join(path, name))
+            os.rmdir(path)
+        except OSError:
+            remove(path)
         return
     from ._zip import pool
 
@@ -368,20 +377,22 @@ _SMALL_TREE = 8 << 20  # bytes: unlinking this much takes well under a milliseco
 _SMALL_TREE_FILES = 16
 
 
-def _small_tree(path: Path) -> bool:
-    """Whether ``path`` is a directory of a few small regular files (a small checkpoint)."""
+def _small_tree(path: Path) -> list[str] | None:
+    """The names in ``path`` if it is a directory of a few small regular files, else ``None``."""
+    names: list[str] = []
     try:
         with os.scandir(path) as entries:
             total = 0
-            for count, entry in enumerate(entries):
-                if count >= _SMALL_TREE_FILES or not entry.is_file(follow_symlinks=False):
-                    return False
+            for entry in entries:
+                if len(names) >= _SMALL_TREE_FILES or not entry.is_file(follow_symlinks=False):
+                    return None
                 total += entry.stat(follow_symlinks=False).st_size
                 if total > _SMALL_TREE:
-                    return False
+                    return None
+                names.append(entry.name)
     except OSError:
-        return False
-    return True
+        return None
+    return names
 
 
 _PENDING: list[Future[None]] = []
