@@ -19,6 +19,7 @@ never gathering it into one host buffer.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from . import _zip
+from . import _gc, _zip
 from ._dtypes import storage_dtype
 from ._files import open_regular, read_all
 from ._formats import Format, OpenedCheckpoint
@@ -150,7 +151,8 @@ def _member(key: str, arr: Any) -> _zip.Member:
 
 
 def _members(arrays: Mapping[str, Any]) -> list[_zip.Member]:
-    return [_member(key, arr) for key, arr in arrays.items()]
+    with _gc.paused():
+        return [_member(key, arr) for key, arr in arrays.items()]
 
 
 def _create(path: Path) -> Any:
@@ -158,12 +160,20 @@ def _create(path: Path) -> Any:
 
 
 def _fsync_all(fds: list[int]) -> None:
-    """fsync every descriptor; several at once share one journal commit."""
-    if len(fds) == 1:
+    """fsync every descriptor; several at once share one journal commit.
+
+    The first is synced on the calling thread (``fsync`` releases the GIL)
+    while the pool syncs the others, so a small checkpoint hands only two
+    tasks to threads.
+    """
+    futures = [_zip.pool().submit(os.fsync, fd) for fd in fds[1:]]
+    try:
         os.fsync(fds[0])
-        return
-    for _ in _zip.pool().map(os.fsync, fds):
-        pass
+    except BaseException:
+        concurrent.futures.wait(futures)
+        raise
+    for future in futures:
+        future.result()
 
 
 def _write_npz(

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import gc
 import math
 import pathlib
 import struct
@@ -57,6 +56,7 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
+from . import _gc
 from ._dtypes import dtype_name
 from ._limits import DEFAULT_LIMITS
 from ._structs import struct_fields
@@ -348,13 +348,8 @@ def encode_state(obj: Any) -> dict[str, Any]:
     encoder = _Encoder()
     # The walk allocates many small lists that are never cyclic; pausing the
     # cyclic collector keeps its full scans from making deep trees quadratic.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc.paused():
         root = encoder.run(obj)
-    finally:
-        if was_enabled:
-            gc.enable()
     return {
         "version": FORMAT_VERSION,
         "manifest": {"root": root, "nodes": encoder.nodes},

@@ -8,6 +8,7 @@ string and then checked key by key.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 
@@ -38,6 +39,7 @@ def array_bytes(arr: np.ndarray) -> tuple[memoryview, bool]:
     return memoryview(flat.view(np.uint8)), fortran  # pyright: ignore[reportArgumentType]
 
 
+@functools.lru_cache(maxsize=256)  # checkpoints of many arrays repeat a few shapes
 def build_header(dtype: np.dtype, shape: tuple[int, ...], fortran: bool) -> bytes:
     """Return a complete ``.npy`` header (magic, version, length, dict) for the given array."""
     text = f"{{'descr': {dtype.str!r}, 'fortran_order': {fortran!r}, 'shape': {tuple(shape)!r}, }}"

@@ -41,6 +41,16 @@ WORKERS = max(1, min(8, os.cpu_count() or 1))
 # Below this many bytes in all, members are prepared on the calling thread:
 # handing tiny members to threads costs more than it saves.
 _PARALLEL_BYTES = 1 << 20
+# Members smaller than this are prepared on the calling thread even then.
+_INLINE = 64 << 10
+# Pieces smaller than this are gathered in a buffer of about _BUFFER bytes
+# before they are written; larger ones are written straight from the caller's memory.
+_DIRECT_WRITE = 64 << 10
+_BUFFER = 1 << 20
+# Bytes of member name read together with each local header.
+_NAME_GUESS = 226
+# A stored member of at most this many bytes is read whole, with one system call.
+_READ_WHOLE = 64 << 10
 # compression="auto" stores members smaller than this: DEFLATE's setup costs
 # more than the few bytes it could save.
 _TINY = 4096
@@ -71,7 +81,8 @@ class Member:
     ``chunks`` is called once per pass over the content and yields byte
     chunks (views of the caller's arrays where possible, never one copy of a
     whole sharded array). ``sample`` is a few KiB of the content used to decide
-    whether compressing pays (``None``: taken from the first chunk).
+    whether compressing pays (``None``: taken from ``parts`` when given, else
+    from the first chunks); it is only taken when compression is considered.
     """
 
     name: str
@@ -80,12 +91,12 @@ class Member:
     text: bool = False  # JSON: compress with the default strategy.
     sample: bytes | None = None
 
+    parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
+
     @classmethod
     def of(cls, name: str, parts: Sequence[Chunk], *, text: bool = False) -> Member:
         """A member made of ``parts`` already in memory."""
-        return cls(
-            name, sum(len(p) for p in parts), lambda: parts, text=text, sample=_sample(parts)
-        )
+        return cls(name, sum(len(p) for p in parts), lambda: parts, text=text, parts=parts)
 
 
 @dataclasses.dataclass
@@ -141,6 +152,8 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 def _first_sample(member: Member) -> bytes:
     if member.sample is not None:
         return member.sample
+    if member.parts is not None:
+        return _sample(member.parts)
     # The first chunk may be a short header: gather enough of the content.
     sample = bytearray()
     for chunk in member.chunks():
@@ -326,58 +339,47 @@ def write_zip(
         ``(size, crc)``: the number of bytes written and their CRC-32.
     """
     central: list[bytes] = []
-    offset = 0
+    offset = 0  # bytes handed to write(), buffered or not
     crc = 0
+    # Small pieces (headers, tiny members) gather in one buffer that goes out in
+    # big writes: one system call per piece costs more than the copy.
+    buffer = bytearray()
+
+    def flush() -> None:
+        _write_fully(stream, buffer)
+        buffer.clear()
 
     def write(data: Chunk) -> None:
         nonlocal offset
-        view = memoryview(data)
-        while view.nbytes:
-            n = stream.write(view)
-            if n is None:  # pragma: no cover - only non-blocking streams return None
-                continue
-            offset += n
-            view = view[n:]
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if n >= _DIRECT_WRITE:
+            if buffer:
+                flush()
+            _write_fully(stream, data)
+        else:
+            buffer.extend(data)
+            if len(buffer) >= _BUFFER:
+                flush()
+        offset += n
 
     def write_small(data: bytes) -> None:
         nonlocal crc
         crc = zlib.crc32(data, crc)
         write(data)
 
-    def results() -> Iterator[tuple[Member, _Prepared]]:
-        total = sum(m.size for m in members)
-        if len(members) <= 1 or WORKERS == 1 or total < _PARALLEL_BYTES:
-            for m in members:
-                yield m, _prepare(m, compression)
-            return
-        window = 2 * WORKERS
-        workers = pool()
-        futures: list[concurrent.futures.Future[_Prepared] | None] = []
-        try:
-            for i, m in enumerate(members):
-                while len(futures) < len(members) and len(futures) < i + window:
-                    futures.append(workers.submit(_prepare, members[len(futures)], compression))
-                future = futures[i]
-                assert future is not None
-                yield m, future.result()
-                futures[i] = None  # drop the finished payload
-        finally:
-            for future in futures:
-                if future is not None:
-                    future.cancel()
-
-    for member, prep in results():
+    for member, prep in _prepared(members, compression):
         name = member.name.encode("utf-8")
         zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
         start = offset
         write_small(_local_header(name, prep, zip64))
         payload = prep.payload if prep.payload is not None else member.chunks()
-        for chunk in payload:
-            write(chunk)
         if prep.csize <= _TINY:
-            for chunk in payload if prep.payload is not None else member.chunks():
+            for chunk in payload:
                 crc = zlib.crc32(chunk, crc)
+                write(chunk)
         else:
+            for chunk in payload:
+                write(chunk)
             crc = crc32_combine(crc, prep.payload_crc, prep.csize)
         central.append(_central_entry(name, prep, start, zip64))
         if after_member is not None:
@@ -386,7 +388,47 @@ def write_zip(
     for entry in central:
         write_small(entry)
     write_small(_end_records(len(central), cd_offset, offset - cd_offset))
+    if buffer:
+        flush()
     return offset, crc
+
+
+def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:
+    view = memoryview(data)
+    while view.nbytes:
+        n = stream.write(view)
+        if n is None:  # pragma: no cover - only non-blocking streams return None
+            continue
+        view = view[n:]
+
+
+def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Member, _Prepared]]:
+    """Yield each member with its CRC and payload, in order.
+
+    Members of at least ``_INLINE`` bytes are prepared on the worker pool, a
+    few ahead of the writer; smaller ones on the calling thread when reached
+    (handing a tiny member to a thread costs more than its CRC).
+    """
+    heavy = [i for i, m in enumerate(members) if m.size >= _INLINE]
+    total = sum(members[i].size for i in heavy)
+    if len(heavy) <= 1 or WORKERS == 1 or total < _PARALLEL_BYTES:
+        for m in members:
+            yield m, _prepare(m, compression)
+        return
+    window = 2 * WORKERS
+    workers = pool()
+    futures: dict[int, concurrent.futures.Future[_Prepared]] = {}
+    ahead = 0  # next position in ``heavy`` to submit
+    try:
+        for i, m in enumerate(members):
+            while ahead < len(heavy) and len(futures) < window:
+                futures[heavy[ahead]] = workers.submit(_prepare, members[heavy[ahead]], compression)
+                ahead += 1
+            future = futures.pop(i, None)
+            yield m, (future.result() if future is not None else _prepare(m, compression))
+    finally:
+        for future in futures.values():
+            future.cancel()
 
 
 def stored_header(name: str) -> bytes:
@@ -526,11 +568,15 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int
             )
         if not 0 <= info.header_offset <= file_size - 30 or info.compress_size < 0:
             raise SerializationError(f"{where}: member {name!r} has an invalid offset or size")
-        header = os.pread(fd, 30, base + info.header_offset)
-        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+        # The local header and (usually) its name in one read.
+        header = os.pread(fd, 30 + _NAME_GUESS, base + info.header_offset)
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
             raise SerializationError(f"{where}: member {name!r} has no valid local header")
         name_len, extra_len = struct.unpack("<HH", header[26:30])
-        local_name = os.pread(fd, name_len, base + info.header_offset + 30)
+        if name_len <= _NAME_GUESS:
+            local_name = header[30 : 30 + name_len]
+        else:
+            local_name = os.pread(fd, name_len, base + info.header_offset + 30)
         if (
             local_name.decode("utf-8", "replace") != name
             and local_name.decode("cp437", "replace") != name
@@ -569,6 +615,11 @@ class MemberReader:
         self._crc = 0
         self._pending = b""
         self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
+        # A small stored member (a .npy header and a tiny array) is read with one
+        # system call up front, instead of one per piece the caller asks for.
+        self._whole: bytes | None = None
+        if self._inflater is None and entry.csize <= _READ_WHOLE:
+            self._whole = os.pread(fd, entry.csize, entry.data_offset)
 
     def _fail(self, problem: str) -> SerializationError:
         return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
@@ -584,7 +635,14 @@ class MemberReader:
         n = view.nbytes
         if self._produced + n > self._entry.size:
             raise self._fail("holds fewer bytes than its contents need")
-        if self._inflater is None:
+        if self._whole is not None:
+            start = self._pos - self._entry.data_offset
+            if start + n > len(self._whole):
+                raise self._fail("file ended early")
+            view[:] = self._whole[start : start + n]
+            self._pos += n
+            self._crc = zlib.crc32(view, self._crc)
+        elif self._inflater is None:
             done = 0
             while done < n:
                 got = os.preadv(self._fd, [view[done:]], self._pos)

@@ -1,0 +1,228 @@
+"""The per-array fast paths of the built-in formats: batched placement, buffered zip writing,
+the reused JSON node encoder, inline removal of a small old checkpoint, and the fsync round."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import zipfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jaxstruct.io as jio
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+from jaxstruct.io import _atomic, _zip
+from jaxstruct.io._encode import encode_state
+from jaxstruct.io._inspect import verify
+from jaxstruct.io._manifest import dump_manifest
+from jaxstruct.registry import SerializationError
+
+SUFFIX = {"directory": "", "zip": ".zip"}
+
+
+def _mixed() -> dict[str, Any]:
+    return {
+        "f32": jnp.arange(6, dtype=jnp.float32).reshape(2, 3),
+        "bf16": jnp.arange(4, dtype=jnp.bfloat16),
+        "f16": jnp.ones(3, jnp.float16),
+        "i8": jnp.arange(-2, 2, dtype=jnp.int8),
+        "u32": jnp.arange(5, dtype=jnp.uint32),
+        "bool": jnp.array([True, False, True]),
+        "c64": jnp.array([1 + 2j, 3j], jnp.complex64),
+        "scalar": jnp.float32(2.5) * jnp.ones((), jnp.float32),
+        "weak": jnp.asarray(0.5),
+        "empty": jnp.zeros((0, 3), jnp.float32),
+        "key": jax.random.key(3),
+        "rbg_keys": jax.random.split(jax.random.key(4, impl="rbg"), 3),
+        "host": np.arange(3, dtype=np.int16),
+    }
+
+
+@pytest.mark.parametrize("fmt", ["directory", "zip"])
+def test_batched_placement_keeps_dtypes_weak_types_and_keys(
+    fmt: str, tmp_path: Path, same: Callable[[Any, Any], None]
+) -> None:
+    """Every kind of JAX leaf comes back exactly, though all are placed in one device_put."""
+    value = _mixed()
+    back = jio.load(jio.export(value, tmp_path / f"ck{SUFFIX[fmt]}"))
+    keys = ("key", "rbg_keys")
+    same(
+        {k: v for k, v in value.items() if k not in keys},
+        {k: back[k] for k in value if k not in keys},
+    )
+    for k in keys:
+        assert back[k].dtype == value[k].dtype
+        assert jax.random.key_impl(back[k]) == jax.random.key_impl(value[k])
+        np.testing.assert_array_equal(jax.random.key_data(back[k]), jax.random.key_data(value[k]))
+    assert back["bf16"].dtype == ml_dtypes.bfloat16
+    assert back["weak"].weak_type and not back["f32"].weak_type
+    assert isinstance(back["host"], np.ndarray)
+    for k in value:
+        if k != "host":
+            assert back[k].sharding == SingleDeviceSharding(jax.devices()[0])
+
+
+def test_load_places_all_host_arrays_in_one_device_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten small JAX arrays cost one jax.device_put call on load, not ten."""
+    path = jio.export({f"a{i}": jnp.arange(8.0) + i for i in range(10)}, tmp_path / "ck")
+    calls: list[Any] = []
+    real = jax.device_put
+
+    def spy(x: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(x)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    back = jio.load(path)
+    assert len(calls) == 1 and isinstance(calls[0], list) and len(calls[0]) == 10
+    for i in range(10):
+        assert back[f"a{i}"].tolist() == [float(i + j) for j in range(8)]
+        # Adopted without a copy: the buffer is the aligned one read from disk.
+        assert back[f"a{i}"].unsafe_buffer_pointer() % 64 == 0
+
+
+def test_batched_placement_with_a_target_keeps_the_target_shardings(
+    tmp_path: Path, same: Callable[[Any, Any], None]
+) -> None:
+    """Leaves with a target sharding get it; the None leaves beside them are batched as stored."""
+    value = {"w": jnp.arange(16.0).reshape(8, 2), "b": jnp.arange(3), "c": jnp.ones(2, jnp.int8)}
+    path = jio.export(value, tmp_path / "ck")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    rows = NamedSharding(mesh, P("x"))
+    back = jio.load(
+        path,
+        target={
+            "w": jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=rows),
+            "b": None,
+            "c": None,
+        },
+    )
+    assert back["w"].sharding == rows
+    assert back["b"].sharding == back["c"].sharding == SingleDeviceSharding(jax.devices()[0])
+    same(value, back)
+
+
+def test_batched_placement_leaves_64_bit_arrays_to_their_clear_error() -> None:
+    """With x64 off, a stored 64-bit JAX array among others still fails with our message."""
+    value = {
+        "a": np.arange(3, dtype=np.int64),
+        "b": np.ones(2, np.float32),
+        "c": np.ones(1, np.float32),
+    }
+    payload = jio.to_state_dict(value)
+    for node in payload["manifest"]["nodes"]:
+        if node[0] == "array":
+            node[0] = "jaxarray"
+    assert not jax.config.read("jax_enable_x64")
+    with pytest.raises(SerializationError, match="jax_enable_x64"):
+        jio.from_state_dict(payload)
+
+
+@pytest.mark.parametrize("compression", ["auto", "none", "deflate"])
+def test_buffered_zip_writer_mixes_tiny_and_large_members(compression: str, tmp_path: Path) -> None:
+    """Tiny members go through the buffer, large ones straight and via the pool; all read back."""
+    rng = np.random.default_rng(0)
+    sizes = [5] * 40 + [300_000] + [0, 7] + [100_000] * 3 + [3] * 5 + [2 << 20]
+    contents = [rng.integers(0, 4, n, dtype=np.uint8).tobytes() for n in sizes]
+    members = [
+        _zip.Member.of(f"m{i}", [c[: len(c) // 2], c[len(c) // 2 :]])
+        for i, c in enumerate(contents)
+    ]
+    path = tmp_path / "a.zip"
+    with open(path, "wb", buffering=0) as handle:
+        handle.write(b"prefix")  # offsets count from where the stream is
+        size, crc = _zip.write_zip(handle, members, compression=compression)
+    data = path.read_bytes()
+    assert len(data) == 6 + size and zlib.crc32(data[6:]) == crc
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+        assert [archive.read(f"m{i}") for i in range(len(sizes))] == contents
+
+
+def test_node_encoder_matches_json_dumps() -> None:
+    """manifest.json holds each node exactly as json.dumps would, one per line."""
+    value = {"s": 'é"\\\n', "big": 2**80, "f": 0.1, "t": (True, None), "arrays": [np.ones(2)]}
+    state = encode_state(value)
+    text = dump_manifest(state, "directory").decode("ascii")
+    lines = text.split("\n")
+    start = lines.index(f'"manifest":{{"root":{state["manifest"]["root"]},"nodes":[')
+    nodes = state["manifest"]["nodes"]
+    compact = [json.dumps(n, ensure_ascii=True, separators=(",", ":")) for n in nodes]
+    assert lines[start + 1 : start + 1 + len(nodes)] == [c + "," for c in compact[:-1]] + [
+        compact[-1] + "]}}"
+    ]
+    assert json.loads(text)["manifest"]["nodes"] == json.loads(json.dumps(nodes))
+
+
+def test_small_old_checkpoint_is_gone_when_overwrite_returns(tmp_path: Path) -> None:
+    """Overwriting a small directory checkpoint deletes the old one before export returns."""
+    path = jio.export({"v": "old", "a": np.ones(3)}, tmp_path / "ck")
+    jio.export({"v": "new", "a": np.zeros(3)}, path, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]  # no drain() needed
+    assert jio.load(path)["v"] == "new"
+
+
+def test_large_old_checkpoint_is_removed_in_the_background(tmp_path: Path) -> None:
+    """A large old checkpoint goes on the worker pool; drain() waits until it is gone."""
+    path = jio.export({"a": np.ones(3 << 20)}, tmp_path / "ck", compression="none")
+    assert _atomic._small_tree(path) is None
+    jio.export({"a": np.zeros(3)}, path, overwrite=True)
+    _atomic.drain()
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]
+    assert jio.load(path)["a"].tolist() == [0, 0, 0]
+
+
+def test_failed_fsync_on_a_pool_thread_fails_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync error on a descriptor the pool syncs is raised; the old checkpoint stays."""
+    path = jio.export({"v": "old"}, tmp_path / "ck")
+    real = os.fsync
+
+    def failing(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(jio.CheckpointWriteError, match="Input/output error"):
+        jio.export({"v": "new"}, path, overwrite=True)
+    monkeypatch.setattr(os, "fsync", real)
+    assert jio.load(path) == {"v": "old"}
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]
+
+
+@pytest.mark.parametrize("fmt", ["directory", "zip"])
+def test_small_members_read_whole_and_large_ones_in_pieces_agree(fmt: str, tmp_path: Path) -> None:
+    """Members on both sides of the read-whole size load the same, and corruption is caught."""
+    limit = _zip._READ_WHOLE
+    value = {
+        "below": np.arange(limit // 8 - 32, dtype=np.float64),  # header + data <= the limit
+        "above": np.arange(limit // 8 + 32, dtype=np.float64),
+        "tiny": np.array([1.5, -7.25]),
+    }
+    path = jio.export(value, tmp_path / f"ck{SUFFIX[fmt]}", compression="none")
+    back = jio.load(path)
+    for k, arr in value.items():
+        np.testing.assert_array_equal(back[k], arr)
+    archive = path / "arrays.npz" if fmt == "directory" else path
+    data = bytearray(archive.read_bytes())
+    pos = data.find(np.array([1.5, -7.25]).tobytes())
+    assert pos > 0
+    data[pos + 7] ^= 0xFF  # corrupt "tiny", read whole
+    archive.write_bytes(bytes(data))
+    with pytest.raises(SerializationError, match=r"'a2\.npy'.*CRC"):
+        jio.load(path)
+    assert any("CRC" in p for p in verify(path))
