@@ -226,3 +226,35 @@ def test_small_members_read_whole_and_large_ones_in_pieces_agree(fmt: str, tmp_p
     with pytest.raises(SerializationError, match=r"'a2\.npy'.*CRC"):
         jio.load(path)
     assert any("CRC" in p for p in verify(path))
+
+
+def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
+    """Pauses that overlap across threads turn the collector back on only when the last ends."""
+    import gc
+    import threading
+
+    from jaxstruct.io import _gc
+
+    assert gc.isenabled()
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with _gc.paused():
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=other)
+    with _gc.paused():
+        thread.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # the other thread's pause is still on
+    leave.set()
+    thread.join(10)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _gc.paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
