@@ -1,10 +1,13 @@
-"""Suite-wide settings: strict dtype promotion and Hypothesis profiles."""
+"""Suite-wide settings: strict dtype promotion, Hypothesis profiles, the run without orbax."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import jax
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Implicit dtype promotion hides bugs in array handling; the suite runs strict.
@@ -31,3 +34,46 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# scripts/test.sh runs the suite once at the floors without jaxstruct-orbax (its JAX
+# floor is above the other layers'), and says so with JAXSTRUCT_TEST_WITHOUT_ORBAX=1:
+# only then are the tests that need it skipped. Every other run needs jaxstruct-orbax.
+WITHOUT_ORBAX = os.environ.get("JAXSTRUCT_TEST_WITHOUT_ORBAX") == "1"
+# tests/orbax imports jaxstruct.orbax at collection.
+collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if WITHOUT_ORBAX and importlib.util.find_spec("jaxstruct.orbax") is not None:
+        raise pytest.UsageError(
+            "JAXSTRUCT_TEST_WITHOUT_ORBAX=1 skips the orbax tests, but jaxstruct.orbax is "
+            "installed: unset JAXSTRUCT_TEST_WITHOUT_ORBAX to run them"
+        )
+
+
+def _needs_orbax(item: pytest.Item) -> str | None:
+    """Why ``item`` cannot run without jaxstruct-orbax, or ``None`` when it can."""
+    if item.path.name == "test_packaging.py":  # reads the packages' files, imports none
+        return None
+    if "orbax" in item.name:  # the orbax format or module as a parameter, or in the name
+        return "it tests jaxstruct-orbax"
+    params = getattr(item, "callspec", None)
+    page = params.params.get("page") if params is not None else None
+    runs_page = getattr(item, "originalname", "") == "test_doc_page_examples_run"
+    if runs_page and isinstance(page, Path) and 'format="orbax"' in page.read_text("utf-8"):
+        return f"{page.name} saves with the orbax format"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not WITHOUT_ORBAX:
+        return
+    for item in items:
+        reason = _needs_orbax(item)
+        if reason is not None:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"jaxstruct-orbax is not installed in this run "
+                    f"(JAXSTRUCT_TEST_WITHOUT_ORBAX=1), and {reason}"
+                )
+            )

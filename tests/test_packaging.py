@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -218,10 +219,33 @@ def test_requires_python_starts_at_the_oldest_tested(path: Path) -> None:
     assert _project(path / "pyproject.toml")["requires-python"] == f">={SUPPORTED[0]}"
 
 
-def test_floors_are_tested_only_on_supported_pythons() -> None:
-    """The lowest-versions run (switched off while its floors are raised) uses supported Pythons."""
+def test_floors_are_tested_on_the_oldest_and_newest_python() -> None:
+    """The lowest-versions run covers the oldest and the newest supported Python."""
     lowest = _script_list("LOWEST_PYTHONS")
-    assert set(lowest) <= set(SUPPORTED)
+    assert {SUPPORTED[0], SUPPORTED[-1]} <= set(lowest) <= set(SUPPORTED)
+
+
+def test_floors_without_orbax_are_tested_on_the_oldest_python() -> None:
+    """The run without jaxstruct-orbax (the other layers' JAX floor) covers the oldest Python."""
+    lowest_core = _script_list("LOWEST_CORE_PYTHONS")
+    assert {SUPPORTED[0]} <= set(lowest_core) <= set(SUPPORTED)
+
+
+def test_without_orbax_takes_orbax_out_of_the_root_project(tmp_path: Path) -> None:
+    """scripts/without_orbax.py still applies to the root pyproject.toml, and leaves no orbax."""
+    copy = tmp_path / "pyproject.toml"
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "without_orbax.py"), str(copy)], check=True, timeout=60
+    )
+    edited = tomllib.loads(copy.read_text())
+    original = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert edited["project"]["dependencies"] == [
+        d for d in original["project"]["dependencies"] if not d.startswith("jaxstruct-orbax")
+    ]
+    assert "jaxstruct-orbax" not in edited["tool"]["uv"]["sources"]
+    assert edited["tool"]["uv"]["workspace"]["exclude"] == ["packages/orbax"]
+    assert "orbax" not in str(edited["dependency-groups"])
 
 
 def test_ci_runs_the_readme_test_command() -> None:

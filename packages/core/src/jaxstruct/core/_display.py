@@ -36,10 +36,10 @@ class PrettyHook:
     """The ``_repr_pretty_`` attribute: a method on instances, harmless on the class.
 
     IPython looks it up on the class and calls ``meth(obj, p, cycle)``; other
-    printers (Hypothesis's copy of IPython's) call ``obj._repr_pretty_(p,
-    cycle)`` on whatever they print, struct classes included. A plain method
-    would fail the second way, so the class-level lookup returns a callable
-    that handles both.
+    printers (Hypothesis's copy of IPython's, from Hypothesis 6.115.6 on) call
+    ``obj._repr_pretty_(p, cycle)`` on whatever they print, struct classes
+    included. A plain method would fail the second way, so the class-level
+    lookup returns a callable that handles both.
     """
 
     def __get__(self, obj: Any, cls: Any = None) -> Any:

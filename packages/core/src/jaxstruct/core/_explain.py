@@ -151,9 +151,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
+# jax.typeof is JAX 0.5.3's name for jax.core.get_aval, which older releases (down
+# to the floor, 0.4.36) have instead; newer ones deprecate get_aval, so it is only
+# looked up when typeof is missing.
+_typeof: Callable[[Any], Any] = getattr(jax, "typeof", None) or jax.core.get_aval  # pyright: ignore[reportAttributeAccessIssue]
+
+
 def _leaf(value: Any) -> tuple[Any, ...]:
     try:
-        aval = jax.typeof(value)
+        aval = _typeof(value)
         shape, dtype, weak = aval.shape, aval.dtype, aval.weak_type  # pyright: ignore[reportAttributeAccessIssue]
     except (TypeError, AttributeError):
         return ("object", type(value), _short(value), value)

@@ -54,12 +54,18 @@ def annotated_bounds(base: Any, metadata: tuple[Any, ...]) -> st.SearchStrategy[
 
     Example:
         >>> from dataclasses import dataclass
-        >>> from hypothesis import find
         >>> @dataclass
         ... class Ge:
         ...     ge: float
-        >>> find(annotated_bounds(int, (Ge(3),)), lambda v: True)
-        3
+        >>> @dataclass
+        ... class Lt:
+        ...     lt: float
+        >>> annotated_bounds(int, (Ge(3), Lt(10)))
+        integers(min_value=3, max_value=9)
+        >>> annotated_bounds(float, (Ge(0), Lt(1)))
+        floats(min_value=0, max_value=1, allow_nan=False, exclude_max=True)
+        >>> annotated_bounds(str, (Ge(3),)) is None
+        True
     """
     if base not in (int, float):
         return None
