@@ -89,8 +89,9 @@ def task_save_restore(directory: str) -> None:
     assert back["step"] == 4
     for shard in back["a"].addressable_shards:
         np.testing.assert_array_equal(np.asarray(shard.data), 2 * _expected(shape)[shard.index])  # type: ignore[index,operator]
-    jax.experimental.multihost_utils.sync_global_devices("listed")
+    # (Both look before either goes on: process 0's next export makes a temporary file.)
     leftovers = [name for name in os.listdir(directory) if name.startswith(".")]
+    jax.experimental.multihost_utils.sync_global_devices("listed")
     assert not leftovers, leftovers
     # Built-in formats: replicated data is written once, by process 0.
     jio.export({"r": replicated}, os.path.join(directory, "builtin.zip"))
