@@ -102,8 +102,11 @@ def _measure(op: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
 
     gc.collect()
     gc.disable()
-    base = _status("VmRSS")
+    # Reset the peak first and take the baseline from it: RSS read before the reset
+    # can be higher than at the reset (JAX frees buffers in the background), which
+    # would understate the peak.
     _reset_peak()
+    base = _status("VmHWM")
     t = time.perf_counter()
     result = op()
     elapsed = time.perf_counter() - t
