@@ -329,6 +329,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         else:
             buf = aligned_empty(nbytes)
             view = memoryview(buf)  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
+            reader.check_in_background()  # each piece lands in its own part of buf
             for pos in range(0, nbytes, _READ_CHUNK):
                 reader.readinto(view[pos : pos + _READ_CHUNK])
             arr = buf.view(stored).reshape(shape, order=order)

@@ -73,6 +73,43 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
 
 Chunk = bytes | memoryview
 
+# A stored member of at least this many bytes has its CRC computed on a thread of
+# its own while the next pieces are read (zlib releases the GIL): reading and
+# checking a 4 GiB array then take about as long as reading it alone.
+_OVERLAP_CRC = 16 << 20
+_CRC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _crc_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread, so the pieces of a member are checked in the order they were read."""
+    global _CRC_POOL
+    if _CRC_POOL is None:
+        with _POOL_LOCK:
+            if _CRC_POOL is None:
+                _CRC_POOL = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="jaxstruct-io-crc"
+                )
+    return _CRC_POOL
+
+
+class _CrcChain:
+    """A CRC-32 extended piece by piece on the CRC thread (pieces run in order there)."""
+
+    def __init__(self, start: int) -> None:
+        self.value = start  # the CRC of what was read before
+        self.last: concurrent.futures.Future[None] | None = None
+
+    def _add(self, piece: memoryview) -> None:
+        self.value = zlib.crc32(piece, self.value)
+
+    def add(self, piece: memoryview) -> None:
+        self.last = _crc_pool().submit(self._add, piece)
+
+    def result(self) -> int:
+        if self.last is not None:
+            self.last.result()
+        return self.value
+
 
 @dataclasses.dataclass
 class Member:
@@ -620,9 +657,20 @@ class MemberReader:
         self._whole: bytes | None = None
         if self._inflater is None and entry.csize <= _READ_WHOLE:
             self._whole = os.pread(fd, entry.csize, entry.data_offset)
+        self._chain: _CrcChain | None = None
 
     def _fail(self, problem: str) -> SerializationError:
         return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
+
+    def check_in_background(self) -> None:
+        """Compute the CRC of a big stored member on the CRC thread, overlapping the reads.
+
+        Only for a caller that reads into distinct memory it keeps until
+        :meth:`finish` (a reused scratch buffer would be overwritten before
+        it is checked).
+        """
+        if self._inflater is None and self._whole is None and self._entry.csize >= _OVERLAP_CRC:
+            self._chain = _CrcChain(self._crc)
 
     def read(self, n: int) -> bytes:
         """Return exactly ``n`` decoded bytes."""
@@ -650,7 +698,10 @@ class MemberReader:
                     raise self._fail("file ended early")
                 done += got
                 self._pos += got
-            self._crc = zlib.crc32(view, self._crc)
+            if self._chain is not None:
+                self._chain.add(view)
+            else:
+                self._crc = zlib.crc32(view, self._crc)
         else:
             done = 0
             while done < n:
@@ -691,5 +742,6 @@ class MemberReader:
             raise self._fail("holds more bytes than its contents need")
         if self._inflater is not None and (self._pending or self._inflater.unconsumed_tail):
             raise self._fail("holds more bytes than its contents need")
-        if self._crc != self._entry.crc:
+        crc = self._chain.result() if self._chain is not None else self._crc
+        if crc != self._entry.crc:
             raise self._fail("CRC mismatch: the data is corrupt")
