@@ -73,42 +73,40 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
 
 Chunk = bytes | memoryview
 
-# A stored member of at least this many bytes has its CRC computed on a thread of
-# its own while the next pieces are read (zlib releases the GIL): reading and
-# checking a 4 GiB array then take about as long as reading it alone.
-_OVERLAP_CRC = 16 << 20
+# A stored member of at least this many bytes has the CRCs of its pieces computed
+# on two threads of their own while the next pieces are read (zlib releases the
+# GIL), then combined in order: checking no longer adds its time to the reading.
+_OVERLAP_CRC = 2 << 20
+_CRC_WORKERS = 2
 _CRC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def _crc_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """One thread, so the pieces of a member are checked in the order they were read."""
     global _CRC_POOL
     if _CRC_POOL is None:
         with _POOL_LOCK:
             if _CRC_POOL is None:
                 _CRC_POOL = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="jaxstruct-io-crc"
+                    _CRC_WORKERS, thread_name_prefix="jaxstruct-io-crc"
                 )
     return _CRC_POOL
 
 
-class _CrcChain:
-    """A CRC-32 extended piece by piece on the CRC thread (pieces run in order there)."""
+class _CrcParts:
+    """The CRC-32 of consecutive pieces, computed apart on the CRC threads, combined in order."""
 
     def __init__(self, start: int) -> None:
-        self.value = start  # the CRC of what was read before
-        self.last: concurrent.futures.Future[None] | None = None
-
-    def _add(self, piece: memoryview) -> None:
-        self.value = zlib.crc32(piece, self.value)
+        self.start = start  # the CRC of what was read before
+        self.parts: list[tuple[concurrent.futures.Future[int], int]] = []
 
     def add(self, piece: memoryview) -> None:
-        self.last = _crc_pool().submit(self._add, piece)
+        self.parts.append((_crc_pool().submit(zlib.crc32, piece), piece.nbytes))
 
     def result(self) -> int:
-        if self.last is not None:
-            self.last.result()
-        return self.value
+        crc = self.start
+        for future, size in self.parts:
+            crc = crc32_combine(crc, future.result(), size)
+        return crc
 
 
 @dataclasses.dataclass
@@ -657,20 +655,21 @@ class MemberReader:
         self._whole: bytes | None = None
         if self._inflater is None and entry.csize <= _READ_WHOLE:
             self._whole = os.pread(fd, entry.csize, entry.data_offset)
-        self._chain: _CrcChain | None = None
+        self._chain: _CrcParts | None = None
 
     def _fail(self, problem: str) -> SerializationError:
         return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
 
-    def check_in_background(self) -> None:
-        """Compute the CRC of a big stored member on the CRC thread, overlapping the reads.
+    def check_in_background(self) -> bool:
+        """Compute the CRC of a big stored member on the CRC threads, overlapping the reads.
 
         Only for a caller that reads into distinct memory it keeps until
         :meth:`finish` (a reused scratch buffer would be overwritten before
-        it is checked).
+        it is checked). Returns whether the checks now run in the background.
         """
         if self._inflater is None and self._whole is None and self._entry.csize >= _OVERLAP_CRC:
-            self._chain = _CrcChain(self._crc)
+            self._chain = _CrcParts(self._crc)
+        return self._chain is not None
 
     def read(self, n: int) -> bytes:
         """Return exactly ``n`` decoded bytes."""
