@@ -244,12 +244,24 @@ def test_every_page_renders_in_a_browser(site: Path, served: str, browser: Any) 
 
 def test_navigation_links_lead_to_their_pages(served: str, browser: Any) -> None:
     """Following the navigation from the home page reaches the Quickstart and an API page."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     for title, path in (("Quickstart", "quickstart/"), ("jaxstruct.core", "api/core/")):
         browser.get(served)
-        links = browser.find_elements(By.CSS_SELECTOR, "nav.md-nav--primary a.md-nav__link")
-        link = next(a for a in links if a.get_attribute("textContent").strip() == title)
+
+        def find_link(driver: Any, title: str = title) -> Any:
+            links = driver.find_elements(By.CSS_SELECTOR, "nav.md-nav--primary a.md-nav__link")
+            try:
+                found = [
+                    a for a in links if (a.get_attribute("textContent") or "").strip() == title
+                ]
+            except StaleElementReferenceException:  # the page changed under us: look again
+                return False
+            return found[0] if found else False
+
+        # Waited for, not looked up once: a page still settling showed no such link once.
+        link = _wait(browser, find_link)
         assert link.get_attribute("href") == served + path
         browser.get(link.get_attribute("href"))
         _wait(browser, lambda d, p=path: d.current_url == served + p)
