@@ -53,36 +53,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _memory import aligned, reset_peak, status
+
 N_ARRAYS = 64
 TOTAL = 256 << 20
 SMALL_ARRAYS = 10
 HERE = Path(__file__).resolve()
 
 # --------------------------------------------------------------------------- child side
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:  # pragma: no cover - old kernels: the peak then includes the warm-up
-        pass
-
-
-def _aligned(nbytes: int) -> Any:
-    import numpy as np
-
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + nbytes]
 
 
 def _arrays(sizes: list[int], seed: int = 0) -> dict[str, Any]:
@@ -105,12 +83,12 @@ def _measure(op: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
     # Reset the peak first and take the baseline from it: RSS read before the reset
     # can be higher than at the reset (JAX frees buffers in the background), which
     # would understate the peak.
-    _reset_peak()
-    base = _status("VmHWM")
+    reset_peak()
+    base = status("VmHWM")
     t = time.perf_counter()
     result = op()
     elapsed = time.perf_counter() - t
-    peak = _status("VmHWM") - base
+    peak = status("VmHWM") - base
     if not keep:
         del result
         result = None
@@ -120,7 +98,7 @@ def _measure(op: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
     from jax._src.lib import _jax  # pyright: ignore[reportPrivateImportUsage]  # private: the benchmark only
 
     _jax.collect_garbage()
-    left = _status("VmRSS") - base
+    left = status("VmRSS") - base
     cycles = gc.collect()
     gc.enable()
     return {"seconds": elapsed, "peak": peak, "left": left, "cycles": cycles}
@@ -163,7 +141,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
             try:
                 pos = 0
                 for i, n in enumerate(sizes):
-                    buf = _aligned(4 * n)
+                    buf = aligned(4 * n)
                     view = memoryview(buf)  # pyright: ignore[reportArgumentType]
                     done = 0
                     while done < len(view):

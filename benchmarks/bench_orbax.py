@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
 import orbax.checkpoint as ocp
+from _memory import aligned, reset_peak, status
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -127,36 +128,21 @@ def _data(rows: int, cols: int, sharding: NamedSharding) -> jax.Array:
 # --------------------------------------------------------------------------- child side
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def _measure(op: Callable[[], Any]) -> dict[str, float]:
     """Seconds and peak RSS growth of ``op()``; its result stays alive until measured."""
     gc.collect()
     gc.disable()
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")  # VmHWM := VmRSS
+    reset_peak()  # VmHWM := VmRSS
     # Read after the reset: memory freed in between (JAX releases buffers
     # asynchronously) can only make the growth look larger, never smaller.
-    base = _status("VmRSS")
+    base = status("VmRSS")
     t0 = time.perf_counter()
     result = op()
     elapsed = time.perf_counter() - t0
-    peak = _status("VmHWM") - base
+    peak = status("VmHWM") - base
     del result
     gc.enable()
     return {"seconds": elapsed, "peak": peak}
-
-
-def _aligned(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + nbytes]
 
 
 def _shape(gib: float) -> tuple[int, int]:
@@ -183,7 +169,7 @@ def _read_raw(path: Path, shape: tuple[int, int], sharding: NamedSharding) -> ja
         for device, index in sharding.addressable_devices_indices_map(shape).items():
             rows = range(*(index[0] if index else slice(None)).indices(shape[0]))
             nbytes = len(rows) * shape[1] * 4
-            buf = _aligned(nbytes)
+            buf = aligned(nbytes)
             view = memoryview(buf)  # pyright: ignore[reportArgumentType]
             done = 0
             while done < nbytes:

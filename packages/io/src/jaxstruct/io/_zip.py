@@ -55,20 +55,26 @@ _READ_WHOLE = 64 << 10
 # more than the few bytes it could save.
 _TINY = 4096
 
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOLS: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
+
+
+def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """Return the pool ``name``, created on first use and reused afterwards."""
+    found = _POOLS.get(name)
+    if found is None:
+        with _POOL_LOCK:
+            found = _POOLS.get(name)
+            if found is None:
+                found = _POOLS[name] = concurrent.futures.ThreadPoolExecutor(
+                    workers, thread_name_prefix=name
+                )
+    return found
 
 
 def pool() -> concurrent.futures.ThreadPoolExecutor:
     """Return the module's worker pool, created on first use and reused by every export."""
-    global _POOL
-    if _POOL is None:
-        with _POOL_LOCK:
-            if _POOL is None:
-                _POOL = concurrent.futures.ThreadPoolExecutor(
-                    WORKERS, thread_name_prefix="jaxstruct-io"
-                )
-    return _POOL
+    return _lazy_pool("jaxstruct-io", WORKERS)
 
 
 Chunk = bytes | memoryview
@@ -78,18 +84,10 @@ Chunk = bytes | memoryview
 # GIL), then combined in order: checking no longer adds its time to the reading.
 _OVERLAP_CRC = 2 << 20
 _CRC_WORKERS = 2
-_CRC_POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def _crc_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _CRC_POOL
-    if _CRC_POOL is None:
-        with _POOL_LOCK:
-            if _CRC_POOL is None:
-                _CRC_POOL = concurrent.futures.ThreadPoolExecutor(
-                    _CRC_WORKERS, thread_name_prefix="jaxstruct-io-crc"
-                )
-    return _CRC_POOL
+    return _lazy_pool("jaxstruct-io-crc", _CRC_WORKERS)
 
 
 class _CrcParts:
