@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
-from jaxstruct.io import _atomic, _zip
+from jaxstruct.io import _atomic, _zip, _zipread
 from jaxstruct.io._encode import encode_state
 from jaxstruct.io._inspect import verify
 from jaxstruct.io._manifest import dump_manifest
@@ -207,7 +207,7 @@ def test_failed_fsync_on_a_pool_thread_fails_the_export(
 @pytest.mark.parametrize("fmt", ["directory", "zip"])
 def test_small_members_read_whole_and_large_ones_in_pieces_agree(fmt: str, tmp_path: Path) -> None:
     """Members on both sides of the read-whole size load the same, and corruption is caught."""
-    limit = _zip._READ_WHOLE
+    limit = _zipread._READ_WHOLE
     value = {
         "below": np.arange(limit // 8 - 32, dtype=np.float64),  # header + data <= the limit
         "above": np.arange(limit // 8 + 32, dtype=np.float64),

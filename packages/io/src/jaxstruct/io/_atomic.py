@@ -366,7 +366,7 @@ def _remove_later(path: Path) -> None:
         except OSError:
             remove(path)
         return
-    from ._zip import pool
+    from ._pools import pool
 
     with _PENDING_LOCK:
         _PENDING.append(pool().submit(remove, path))

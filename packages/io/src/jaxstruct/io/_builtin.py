@@ -29,13 +29,14 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from . import _gc, _zip
+from . import _gc, _zip, _zipread
 from ._dtypes import storage_dtype
 from ._files import open_regular, read_all
 from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits
 from ._manifest import check_node_budget
 from ._npy import array_bytes, build_header, parse_header, prefix_length
+from ._pools import pool
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
 
@@ -44,6 +45,8 @@ ARRAYS = "arrays.npz"
 _ALIGN = 64
 _READ_CHUNK = 1 << 20  # CRC each piece while it is still in the cache
 _SLAB = 8 << 20  # bytes of rows assembled at a time from the shards of a sharded array
+_SYNC_INLINE = 1 << 20  # bytes written up to which a checkpoint's files are fsynced in turn
+_SMALL_MEMBER = 64 << 10  # a single-device jax.Array up to this size is copied to the host whole
 
 ArrayTable = Mapping[str, Any]  # key -> ArraySpec(dtype, shape, nbytes)
 
@@ -138,10 +141,27 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
     return _zip.Member(name, len(header) + nbytes, chunks)
 
 
+def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
+    """A small ``jax.Array`` held whole by one device: its bytes, copied now (else ``None``).
+
+    Checkpoints of many small arrays spend most of their export here, and
+    one host copy of a few KiB costs less than walking the shards.
+    """
+    if arr.nbytes > _SMALL_MEMBER or len(arr.sharding.device_set) != 1:
+        return None
+    stored = storage_dtype(np.dtype(arr.dtype))
+    # addressable_data(0) is a fresh Array: the host copy numpy caches on it
+    # goes away with it, never staying on the user's array.
+    host = np.asarray(arr.addressable_data(0))
+    host = host.view(stored) if host.dtype != stored else host
+    data, fortran = array_bytes(host)
+    return _zip.Member.of(name, (build_header(stored, host.shape, fortran), data))
+
+
 def _member(key: str, arr: Any) -> _zip.Member:
     name = f"{key}.npy"
     if _is_jax_array(arr):
-        return _jax_member(name, arr)
+        return _small_jax_member(name, arr) or _jax_member(name, arr)
     arr = np.asarray(arr)
     stored_dtype = storage_dtype(arr.dtype)
     stored = arr.view(stored_dtype) if arr.dtype != stored_dtype else arr
@@ -159,14 +179,19 @@ def _create(path: Path) -> Any:
     return open(path, "xb", buffering=0)
 
 
-def _fsync_all(fds: list[int]) -> None:
-    """fsync every descriptor; several at once share one journal commit.
+def _fsync_all(fds: list[int], nbytes: int) -> None:
+    """fsync every descriptor, in order; several at once share one journal commit.
 
-    The first is synced on the calling thread (``fsync`` releases the GIL)
-    while the pool syncs the others, so a small checkpoint hands only two
-    tasks to threads.
+    Up to ``_SYNC_INLINE`` bytes written in all they are synced one after the
+    other on the calling thread: the first commit carries the rest along, and
+    waking threads would cost more. Otherwise the first is synced on the
+    calling thread (``fsync`` releases the GIL) while the pool syncs the others.
     """
-    futures = [_zip.pool().submit(os.fsync, fd) for fd in fds[1:]]
+    if nbytes <= _SYNC_INLINE:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
     try:
         os.fsync(fds[0])
     except BaseException:
@@ -201,14 +226,14 @@ class _NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
     def __init__(
-        self, fd: int, index: _zip.ZipIndex, where: str, manifest: bytes, extra: frozenset[str]
+        self, fd: int, index: _zipread.ZipIndex, where: str, manifest: bytes, extra: frozenset[str]
     ) -> None:
         self.fd = fd
         self.index = index
         self.where = where
         self.manifest = manifest
         self.extra = extra  # members that are not arrays (a legacy zip's manifest)
-        self.container: _zip.Entry | None = None  # arrays.npz inside a zip, for verify()
+        self.container: _zipread.Entry | None = None  # arrays.npz inside a zip, for verify()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -243,7 +268,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         problems: list[str] = []
         if self.container is not None:
             try:
-                reader = _zip.MemberReader(self.fd, self.container, self.where)
+                reader = _zipread.MemberReader(self.fd, self.container, self.where)
                 _drain(reader, self.container.size)
                 reader.finish()
             except SerializationError as err:
@@ -261,7 +286,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
             entry = self.index.entries[name]
             spec = table[names[name]]
             try:
-                reader = _zip.MemberReader(self.fd, entry, self.where)
+                reader = _zipread.MemberReader(self.fd, entry, self.where)
                 _, _, start = self._header(reader, name, spec)
                 _drain(reader, entry.size - start)
                 reader.finish()
@@ -286,7 +311,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         return out
 
     def _header(
-        self, reader: _zip.MemberReader, name: str, spec: Any
+        self, reader: _zipread.MemberReader, name: str, spec: Any
     ) -> tuple[np.dtype, bool, int]:
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         where = f"{self.where}: member {name!r}"
@@ -311,7 +336,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
-        reader = _zip.MemberReader(self.fd, entry, self.where)
+        reader = _zipread.MemberReader(self.fd, entry, self.where)
         stored, fortran, start = self._header(reader, name, spec)
         if placement is not None and not fortran and len(shape) > 0 and nbytes > 0:
             return self._read_placed(
@@ -347,8 +372,8 @@ class _NpzCheckpoint(OpenedCheckpoint):
 
     def _read_placed(
         self,
-        reader: _zip.MemberReader,
-        entry: _zip.Entry,
+        reader: _zipread.MemberReader,
+        entry: _zipread.Entry,
         *,
         start: int,
         stored: np.dtype,
@@ -419,7 +444,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
             _scatter(slab, s0, s1, parts)
 
 
-def _drain(reader: _zip.MemberReader, n: int) -> None:
+def _drain(reader: _zipread.MemberReader, n: int) -> None:
     scratch = memoryview(bytearray(min(n, _READ_CHUNK) or 1))
     done = 0
     while done < n:
@@ -448,8 +473,8 @@ def _pread_exact(fd: int, view: memoryview, offset: int, where: str) -> None:
         done += got
 
 
-def _read_member(fd: int, entry: _zip.Entry, where: str) -> bytes:
-    reader = _zip.MemberReader(fd, entry, where)
+def _read_member(fd: int, entry: _zipread.Entry, where: str) -> bytes:
+    reader = _zipread.MemberReader(fd, entry, where)
     data = reader.read(entry.size)
     reader.finish()
     return data
@@ -493,7 +518,7 @@ class DirectoryFormat(Format):
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
                 try:
-                    _fsync_all([npz.fileno(), man.fileno(), dirfd])
+                    _fsync_all([npz.fileno(), man.fileno(), dirfd], npz.tell() + len(manifest))
                 finally:
                     os.close(dirfd)
         step("temp-synced")
@@ -529,7 +554,7 @@ class DirectoryFormat(Format):
         except FileNotFoundError:
             raise SerializationError(f"{where}: arrays.npz is missing") from None
         try:
-            index = _zip.read_index(
+            index = _zipread.read_index(
                 fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio
             )
         except BaseException:
@@ -607,7 +632,7 @@ class ZipFormat(Format):
         where = repr(str(path))
         fd, size = open_regular(path, follow=True)
         try:
-            outer = _zip.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            outer = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
             entry = outer.entries.get(MANIFEST)
             if entry is None:
                 raise SerializationError(f"{where}: the archive has no manifest.json")
@@ -628,7 +653,7 @@ class ZipFormat(Format):
                     f"{where}: arrays.npz is compressed inside the archive; it must be stored "
                     "(zip it again without compression, e.g. zip -0)"
                 )
-            inner = _zip.read_index(
+            inner = _zipread.read_index(
                 fd,
                 npz.size,
                 f"{where} (arrays.npz)",

@@ -1,0 +1,269 @@
+"""A zip reader for untrusted files.
+
+The central directory is parsed and every entry checked (method, encryption,
+sizes, overlapping ranges, the local header) before any member data is read;
+member data is then read straight into caller-provided buffers, its CRC
+checked at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import os
+import struct
+import zipfile
+import zlib
+from typing import Any
+
+from jaxstruct.registry import SerializationError
+
+from ._crc import CrcParts
+
+__all__ = ["Entry", "MemberReader", "ZipIndex", "read_index"]
+
+_STORED, _DEFLATED = 0, 8
+_CHUNK = 4 << 20  # compressed bytes read at a time
+# Bytes of member name read together with each local header.
+_NAME_GUESS = 226
+# A stored member of at most this many bytes is read whole, with one system call.
+_READ_WHOLE = 64 << 10
+# A stored member of at least this many bytes has the CRCs of its pieces computed
+# on two threads of their own while the next pieces are read (zlib releases the
+# GIL), then combined in order: checking no longer adds its time to the reading.
+_OVERLAP_CRC = 2 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A checked zip member: where its data starts and how it is stored."""
+
+    name: str
+    data_offset: int
+    csize: int
+    size: int
+    method: int
+    crc: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ZipIndex:
+    """The checked members of an archive, by name."""
+
+    entries: dict[str, Entry]
+
+
+class _Window(io.RawIOBase):
+    """A read-only file over ``size`` bytes of ``fd`` starting at ``base`` (for :mod:`zipfile`)."""
+
+    def __init__(self, fd: int, base: int, size: int) -> None:
+        self._fd, self._base, self._size, self._pos = fd, base, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = {0: 0, 1: self._pos, 2: self._size}[whence] + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        want = max(0, min(len(buffer), self._size - self._pos))
+        data = os.pread(self._fd, want, self._base + self._pos) if want else b""
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int = 0) -> ZipIndex:
+    """Parse and check the central directory of the zip archive open at ``fd``.
+
+    The archive spans ``file_size`` bytes from offset ``base`` (an archive
+    stored inside another); entry offsets are returned relative to the file.
+
+    Raises:
+        SerializationError: the archive is malformed, encrypted, uses another
+            compression method, names a member twice, has members that overlap
+            or run past the end of the file, or claims an inflation ratio above
+            ``max_ratio``.
+    """
+    try:
+        window = io.BufferedReader(_Window(fd, base, file_size))
+        with zipfile.ZipFile(window) as archive:
+            infos = archive.infolist()
+    except Exception as err:  # zipfile raises many types on hostile input
+        raise SerializationError(
+            f"{where}: not a readable zip archive ({type(err).__name__}: {err})"
+        ) from None
+    entries: dict[str, Entry] = {}
+    spans: list[tuple[int, int, str]] = []
+    for info in infos:
+        name = info.filename
+        if name in entries:
+            raise SerializationError(f"{where}: archive holds member {name!r} twice")
+        if info.flag_bits & 0x1:
+            raise SerializationError(f"{where}: member {name!r} is encrypted")
+        if info.compress_type not in (_STORED, _DEFLATED):
+            raise SerializationError(
+                f"{where}: member {name!r} uses compression method {info.compress_type}; "
+                "only stored (0) and deflate (8) are read"
+            )
+        if info.compress_type == _STORED and info.compress_size != info.file_size:
+            raise SerializationError(f"{where}: stored member {name!r} has inconsistent sizes")
+        if info.compress_type == _DEFLATED and info.file_size > max_ratio * max(
+            info.compress_size, 1
+        ):
+            raise SerializationError(
+                f"{where}: member {name!r} would inflate {info.compress_size} bytes to "
+                f"{info.file_size} (ratio above max_inflation_ratio={max_ratio}); if you trust "
+                "this file, load it with a larger max_inflation_ratio="
+            )
+        if not 0 <= info.header_offset <= file_size - 30 or info.compress_size < 0:
+            raise SerializationError(f"{where}: member {name!r} has an invalid offset or size")
+        # The local header and (usually) its name in one read.
+        header = os.pread(fd, 30 + _NAME_GUESS, base + info.header_offset)
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
+            raise SerializationError(f"{where}: member {name!r} has no valid local header")
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        if name_len <= _NAME_GUESS:
+            local_name = header[30 : 30 + name_len]
+        else:
+            local_name = os.pread(fd, name_len, base + info.header_offset + 30)
+        if (
+            local_name.decode("utf-8", "replace") != name
+            and local_name.decode("cp437", "replace") != name
+        ):
+            raise SerializationError(f"{where}: member {name!r} has a mismatched local header")
+        data_offset = info.header_offset + 30 + name_len + extra_len
+        end = data_offset + info.compress_size
+        if end > file_size:
+            raise SerializationError(f"{where}: member {name!r} runs past the end of the file")
+        spans.append((info.header_offset, end, name))
+        entries[name] = Entry(
+            name,
+            base + data_offset,
+            info.compress_size,
+            info.file_size,
+            info.compress_type,
+            info.CRC,
+        )
+    spans.sort()
+    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
+        if start < end:
+            raise SerializationError(f"{where}: members {a!r} and {b!r} overlap")
+    return ZipIndex(entries)
+
+
+class MemberReader:
+    """Sequential reader of one checked member's decoded bytes, verifying its CRC at the end."""
+
+    def __init__(self, fd: int, entry: Entry, where: str) -> None:
+        self._fd = fd
+        self._entry = entry
+        self._where = where
+        self._pos = entry.data_offset  # next compressed byte to read
+        self._end = entry.data_offset + entry.csize
+        self._produced = 0
+        self._crc = 0
+        self._pending = b""
+        self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
+        # A small stored member (a .npy header and a tiny array) is read with one
+        # system call up front, instead of one per piece the caller asks for.
+        self._whole: bytes | None = None
+        if self._inflater is None and entry.csize <= _READ_WHOLE:
+            self._whole = os.pread(fd, entry.csize, entry.data_offset)
+        self._chain: CrcParts | None = None
+
+    def _fail(self, problem: str) -> SerializationError:
+        return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
+
+    def check_in_background(self) -> bool:
+        """Compute the CRC of a big stored member on the CRC threads, overlapping the reads.
+
+        Only for a caller that reads into distinct memory it keeps until
+        :meth:`finish` (a reused scratch buffer would be overwritten before
+        it is checked). Returns whether the checks now run in the background.
+        """
+        if self._inflater is None and self._whole is None and self._entry.csize >= _OVERLAP_CRC:
+            self._chain = CrcParts(self._crc)
+        return self._chain is not None
+
+    def read(self, n: int) -> bytes:
+        """Return exactly ``n`` decoded bytes."""
+        buf = bytearray(n)
+        self.readinto(memoryview(buf))
+        return bytes(buf)
+
+    def readinto(self, view: memoryview) -> None:
+        """Fill ``view`` (a byte view) with the next decoded bytes."""
+        n = view.nbytes
+        if self._produced + n > self._entry.size:
+            raise self._fail("holds fewer bytes than its contents need")
+        if self._whole is not None:
+            start = self._pos - self._entry.data_offset
+            if start + n > len(self._whole):
+                raise self._fail("file ended early")
+            view[:] = self._whole[start : start + n]
+            self._pos += n
+            self._crc = zlib.crc32(view, self._crc)
+        elif self._inflater is None:
+            done = 0
+            while done < n:
+                got = os.preadv(self._fd, [view[done:]], self._pos)
+                if got <= 0:
+                    raise self._fail("file ended early")
+                done += got
+                self._pos += got
+            if self._chain is not None:
+                self._chain.add(view)
+            else:
+                self._crc = zlib.crc32(view, self._crc)
+        else:
+            done = 0
+            while done < n:
+                if not self._pending:
+                    self._pending = self._inflate(n - done)
+                take = min(len(self._pending), n - done)
+                view[done : done + take] = self._pending[:take]
+                self._crc = zlib.crc32(self._pending[:take], self._crc)
+                self._pending = self._pending[take:]
+                done += take
+        self._produced += n
+
+    def _inflate(self, want: int) -> bytes:
+        assert self._inflater is not None
+        limit = min(max(want, 1 << 16), _CHUNK)
+        while True:
+            if self._inflater.unconsumed_tail:
+                source = self._inflater.unconsumed_tail
+            else:
+                if self._pos >= self._end:
+                    raise self._fail("compressed data ended early")
+                source = os.pread(self._fd, min(_CHUNK, self._end - self._pos), self._pos)
+                if not source:
+                    raise self._fail("file ended early")
+                self._pos += len(source)
+            try:
+                out = self._inflater.decompress(source, limit)
+            except zlib.error as err:
+                raise self._fail(f"corrupt compressed data ({err})") from None
+            if out:
+                return out
+            if self._inflater.eof:
+                raise self._fail("compressed data ended early")
+
+    def finish(self) -> None:
+        """Check that every byte was consumed and that the CRC matches."""
+        if self._produced != self._entry.size:
+            raise self._fail("holds more bytes than its contents need")
+        if self._inflater is not None and (self._pending or self._inflater.unconsumed_tail):
+            raise self._fail("holds more bytes than its contents need")
+        crc = self._chain.result() if self._chain is not None else self._crc
+        if crc != self._entry.crc:
+            raise self._fail("CRC mismatch: the data is corrupt")
