@@ -286,7 +286,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
             entry = self.index.entries[name]
             spec = table[names[name]]
             try:
-                reader = _zipread.MemberReader(self.fd, entry, self.where)
+                reader = _zipread.MemberReader(self.fd, entry, self.where, self.index)
                 _, _, start = self._header(reader, name, spec)
                 _drain(reader, entry.size - start)
                 reader.finish()
@@ -336,7 +336,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
-        reader = _zipread.MemberReader(self.fd, entry, self.where)
+        reader = _zipread.MemberReader(self.fd, entry, self.where, self.index)
         stored, fortran, start = self._header(reader, name, spec)
         if placement is not None and not fortran and len(shape) > 0 and nbytes > 0:
             return self._read_placed(
@@ -473,8 +473,10 @@ def _pread_exact(fd: int, view: memoryview, offset: int, where: str) -> None:
         done += got
 
 
-def _read_member(fd: int, entry: _zipread.Entry, where: str) -> bytes:
-    reader = _zipread.MemberReader(fd, entry, where)
+def _read_member(
+    fd: int, entry: _zipread.Entry, where: str, index: _zipread.ZipIndex | None = None
+) -> bytes:
+    reader = _zipread.MemberReader(fd, entry, where, index)
     data = reader.read(entry.size)
     reader.finish()
     return data
@@ -638,7 +640,7 @@ class ZipFormat(Format):
                 raise SerializationError(f"{where}: the archive has no manifest.json")
             if entry.size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, entry.size, limits)
-            manifest = _read_member(fd, entry, where)
+            manifest = _read_member(fd, entry, where, outer)
             check_node_budget(manifest, where, limits.max_nodes)
             npz = outer.entries.get(ARRAYS)
             if npz is None:  # the first release's layout: .npy members beside the manifest
@@ -659,6 +661,7 @@ class ZipFormat(Format):
                 f"{where} (arrays.npz)",
                 max_ratio=limits.max_inflation_ratio,
                 base=npz.data_offset,
+                data=outer.cached(npz.data_offset, npz.size),
             )
         except BaseException:
             os.close(fd)

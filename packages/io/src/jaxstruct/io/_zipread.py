@@ -29,6 +29,8 @@ _CHUNK = 4 << 20  # compressed bytes read at a time
 _NAME_GUESS = 226
 # A stored member of at most this many bytes is read whole, with one system call.
 _READ_WHOLE = 64 << 10
+# An archive of at most this many bytes is read whole, with one system call.
+_WHOLE_FILE = 64 << 10
 # A stored member of at least this many bytes has the CRCs of its pieces computed
 # on two threads of their own while the next pieces are read (zlib releases the
 # GIL), then combined in order: checking no longer adds its time to the reading.
@@ -49,9 +51,113 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class ZipIndex:
-    """The checked members of an archive, by name."""
+    """The checked members of an archive, by name.
+
+    ``data`` holds the whole archive when it was small enough to read with one
+    system call (``data[0]`` is at file offset ``base``); members are then
+    read from it instead of from the file.
+    """
 
     entries: dict[str, Entry]
+    data: bytes | memoryview | None = None
+    base: int = 0
+
+    def cached(self, offset: int, size: int) -> memoryview | None:
+        """The ``size`` bytes at file ``offset`` if ``data`` holds them, else ``None``."""
+        if self.data is None:
+            return None
+        start = offset - self.base
+        if start < 0 or start + size > len(self.data):
+            return None
+        return memoryview(self.data)[start : start + size]
+
+
+# (name, flag bits, method, compressed size, size, local header offset, CRC) per member.
+_Record = tuple[str, int, int, int, int, int, int]
+_EOCD = struct.Struct("<IHHHHIIH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_SIMPLE_MAX = 0xFFFF  # a count or size with all bits set defers to ZIP64 records
+_ZIP_VERSION = 63  # the newest "version needed to extract" zipfile reads
+
+
+def _simple_records(read: Any, file_size: int) -> list[_Record] | None:
+    """The members of an archive laid out as export writes small ones, else ``None``.
+
+    Simple means: no archive comment, no ZIP64 records, the central directory
+    right before the end record, no extra fields, no NUL or backslash in a
+    name, a format version zipfile knows. Anything
+    else (or anything malformed) returns ``None`` and is left to
+    :mod:`zipfile`, which knows every variant. ``read(offset, n)`` reads the
+    archive.
+    """
+    if file_size < _EOCD.size:
+        return None
+    end = file_size - _EOCD.size
+    sig, disk, cd_disk, here, count, cd_size, cd_offset, comment = _EOCD.unpack(
+        read(end, _EOCD.size)
+    )
+    if (
+        sig != 0x06054B50
+        or disk
+        or cd_disk
+        or comment
+        or here != count
+        or count == _SIMPLE_MAX
+        or cd_offset + cd_size != end
+        or (end >= 20 and read(end - 20, 4) == b"PK\x06\x07")  # a ZIP64 locator
+    ):
+        return None
+    central = read(cd_offset, cd_size)
+    records: list[_Record] = []
+    pos = 0
+    while pos < cd_size:
+        if pos + _CENTRAL.size > cd_size:
+            return None
+        fields = _CENTRAL.unpack_from(central, pos)
+        sig, needed, flags, method, crc, csize, size = (fields[i] for i in (0, 2, 3, 4, 7, 8, 9))
+        name_len, extra_len, comment_len, offset = fields[10], fields[11], fields[12], fields[16]
+        if (
+            sig != 0x02014B50
+            or extra_len
+            or (needed & 0xFF) > _ZIP_VERSION
+            or 0xFFFFFFFF in (csize, size, offset)
+        ):
+            return None
+        pos += _CENTRAL.size
+        raw = bytes(central[pos : pos + name_len])
+        pos += name_len + comment_len
+        try:
+            name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+        except UnicodeDecodeError:
+            return None
+        if "\0" in name or "\\" in name or pos > cd_size:
+            return None
+        records.append((name, flags, method, csize, size, offset, crc))
+    return records if len(records) == count else None
+
+
+def _zipfile_records(fd: int, file_size: int, base: int, where: str) -> list[_Record]:
+    """The members of any archive :mod:`zipfile` can read."""
+    try:
+        window = io.BufferedReader(_Window(fd, base, file_size))
+        with zipfile.ZipFile(window) as archive:
+            infos = archive.infolist()
+    except Exception as err:  # zipfile raises many types on hostile input
+        raise SerializationError(
+            f"{where}: not a readable zip archive ({type(err).__name__}: {err})"
+        ) from None
+    return [
+        (
+            info.filename,
+            info.flag_bits,
+            info.compress_type,
+            info.compress_size,
+            info.file_size,
+            info.header_offset,
+            info.CRC,
+        )
+        for info in infos
+    ]
 
 
 class _Window(io.RawIOBase):
@@ -81,11 +187,22 @@ class _Window(io.RawIOBase):
         return len(data)
 
 
-def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int = 0) -> ZipIndex:
+def read_index(
+    fd: int,
+    file_size: int,
+    where: str,
+    *,
+    max_ratio: int,
+    base: int = 0,
+    data: bytes | memoryview | None = None,
+) -> ZipIndex:
     """Parse and check the central directory of the zip archive open at ``fd``.
 
     The archive spans ``file_size`` bytes from offset ``base`` (an archive
     stored inside another); entry offsets are returned relative to the file.
+    An archive of at most ``_WHOLE_FILE`` bytes is read with one system call
+    (or taken from ``data``, its bytes, when the caller has them) and kept in
+    the index.
 
     Raises:
         SerializationError: the archive is malformed, encrypted, uses another
@@ -93,77 +210,71 @@ def read_index(fd: int, file_size: int, where: str, *, max_ratio: int, base: int
             or run past the end of the file, or claims an inflation ratio above
             ``max_ratio``.
     """
-    try:
-        window = io.BufferedReader(_Window(fd, base, file_size))
-        with zipfile.ZipFile(window) as archive:
-            infos = archive.infolist()
-    except Exception as err:  # zipfile raises many types on hostile input
-        raise SerializationError(
-            f"{where}: not a readable zip archive ({type(err).__name__}: {err})"
-        ) from None
+    if data is None and file_size <= _WHOLE_FILE:
+        data = os.pread(fd, file_size, base)
+        if len(data) != file_size:
+            raise SerializationError(f"{where}: the file ended early (was it changed meanwhile?)")
+    if data is not None:
+        whole = data
+        read = lambda offset, n: whole[offset : offset + n]
+    else:
+        read = lambda offset, n: os.pread(fd, n, base + offset)
+    records = _simple_records(read, file_size)
+    if records is None:
+        records = _zipfile_records(fd, file_size, base, where)
     entries: dict[str, Entry] = {}
     spans: list[tuple[int, int, str]] = []
-    for info in infos:
-        name = info.filename
+    for name, flags, method, csize, size, header_offset, crc in records:
         if name in entries:
             raise SerializationError(f"{where}: archive holds member {name!r} twice")
-        if info.flag_bits & 0x1:
+        if flags & 0x1:
             raise SerializationError(f"{where}: member {name!r} is encrypted")
-        if info.compress_type not in (_STORED, _DEFLATED):
+        if method not in (_STORED, _DEFLATED):
             raise SerializationError(
-                f"{where}: member {name!r} uses compression method {info.compress_type}; "
+                f"{where}: member {name!r} uses compression method {method}; "
                 "only stored (0) and deflate (8) are read"
             )
-        if info.compress_type == _STORED and info.compress_size != info.file_size:
+        if method == _STORED and csize != size:
             raise SerializationError(f"{where}: stored member {name!r} has inconsistent sizes")
-        if info.compress_type == _DEFLATED and info.file_size > max_ratio * max(
-            info.compress_size, 1
-        ):
+        if method == _DEFLATED and size > max_ratio * max(csize, 1):
             raise SerializationError(
-                f"{where}: member {name!r} would inflate {info.compress_size} bytes to "
-                f"{info.file_size} (ratio above max_inflation_ratio={max_ratio}); if you trust "
-                "this file, load it with a larger max_inflation_ratio="
+                f"{where}: member {name!r} would inflate {csize} bytes to {size} (ratio above "
+                f"max_inflation_ratio={max_ratio}); if you trust this file, load it with a "
+                "larger max_inflation_ratio="
             )
-        if not 0 <= info.header_offset <= file_size - 30 or info.compress_size < 0:
+        if not 0 <= header_offset <= file_size - 30 or csize < 0:
             raise SerializationError(f"{where}: member {name!r} has an invalid offset or size")
         # The local header and (usually) its name in one read.
-        header = os.pread(fd, 30 + _NAME_GUESS, base + info.header_offset)
+        header = read(header_offset, 30 + _NAME_GUESS)
         if len(header) < 30 or header[:4] != b"PK\x03\x04":
             raise SerializationError(f"{where}: member {name!r} has no valid local header")
         name_len, extra_len = struct.unpack("<HH", header[26:30])
         if name_len <= _NAME_GUESS:
-            local_name = header[30 : 30 + name_len]
+            local_name = bytes(header[30 : 30 + name_len])
         else:
-            local_name = os.pread(fd, name_len, base + info.header_offset + 30)
+            local_name = bytes(read(header_offset + 30, name_len))
         if (
             local_name.decode("utf-8", "replace") != name
             and local_name.decode("cp437", "replace") != name
         ):
             raise SerializationError(f"{where}: member {name!r} has a mismatched local header")
-        data_offset = info.header_offset + 30 + name_len + extra_len
-        end = data_offset + info.compress_size
+        data_offset = header_offset + 30 + name_len + extra_len
+        end = data_offset + csize
         if end > file_size:
             raise SerializationError(f"{where}: member {name!r} runs past the end of the file")
-        spans.append((info.header_offset, end, name))
-        entries[name] = Entry(
-            name,
-            base + data_offset,
-            info.compress_size,
-            info.file_size,
-            info.compress_type,
-            info.CRC,
-        )
+        spans.append((header_offset, end, name))
+        entries[name] = Entry(name, base + data_offset, csize, size, method, crc)
     spans.sort()
     for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         if start < end:
             raise SerializationError(f"{where}: members {a!r} and {b!r} overlap")
-    return ZipIndex(entries)
+    return ZipIndex(entries, data, base)
 
 
 class MemberReader:
     """Sequential reader of one checked member's decoded bytes, verifying its CRC at the end."""
 
-    def __init__(self, fd: int, entry: Entry, where: str) -> None:
+    def __init__(self, fd: int, entry: Entry, where: str, index: ZipIndex | None = None) -> None:
         self._fd = fd
         self._entry = entry
         self._where = where
@@ -175,9 +286,13 @@ class MemberReader:
         self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
         # A small stored member (a .npy header and a tiny array) is read with one
         # system call up front, instead of one per piece the caller asks for.
-        self._whole: bytes | None = None
+        # (Taken from the index when it holds the whole archive.)
+        self._whole: bytes | memoryview | None = None
         if self._inflater is None and entry.csize <= _READ_WHOLE:
-            self._whole = os.pread(fd, entry.csize, entry.data_offset)
+            if index is not None:
+                self._whole = index.cached(entry.data_offset, entry.csize)
+            if self._whole is None:
+                self._whole = os.pread(fd, entry.csize, entry.data_offset)
         self._chain: CrcParts | None = None
 
     def _fail(self, problem: str) -> SerializationError:
