@@ -19,9 +19,9 @@ never gathering it into one host buffer.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import os
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits
 from ._manifest import check_node_budget
 from ._npy import array_bytes, build_header, parse_header, prefix_length
-from ._pools import pool
+from ._sync import fsync_all
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
 
@@ -45,7 +45,6 @@ ARRAYS = "arrays.npz"
 _ALIGN = 64
 _READ_CHUNK = 1 << 20  # CRC each piece while it is still in the cache
 _SLAB = 8 << 20  # bytes of rows assembled at a time from the shards of a sharded array
-_SYNC_INLINE = 1 << 20  # bytes written up to which a checkpoint's files are fsynced in turn
 _SMALL_MEMBER = 64 << 10  # a single-device jax.Array up to this size is copied to the host whole
 
 ArrayTable = Mapping[str, Any]  # key -> ArraySpec(dtype, shape, nbytes)
@@ -67,8 +66,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 
 def _is_jax_array(value: Any) -> bool:
-    module = type(value).__module__
-    return module.startswith(("jax", "jaxlib")) and hasattr(value, "addressable_shards")
+    cls = type(value)
+    # Looked up on the class: on the instance, the property would build every shard.
+    return cls.__module__.startswith(("jax", "jaxlib")) and hasattr(cls, "addressable_shards")
 
 
 def _norm_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
@@ -177,28 +177,6 @@ def _members(arrays: Mapping[str, Any]) -> list[_zip.Member]:
 
 def _create(path: Path) -> Any:
     return open(path, "xb", buffering=0)
-
-
-def _fsync_all(fds: list[int], nbytes: int) -> None:
-    """fsync every descriptor, in order; several at once share one journal commit.
-
-    Up to ``_SYNC_INLINE`` bytes written in all they are synced one after the
-    other on the calling thread: the first commit carries the rest along, and
-    waking threads would cost more. Otherwise the first is synced on the
-    calling thread (``fsync`` releases the GIL) while the pool syncs the others.
-    """
-    if nbytes <= _SYNC_INLINE:
-        for fd in fds:
-            os.fsync(fd)
-        return
-    futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
-    try:
-        os.fsync(fds[0])
-    except BaseException:
-        concurrent.futures.wait(futures)
-        raise
-    for future in futures:
-        future.result()
 
 
 def _write_npz(
@@ -331,11 +309,37 @@ class _NpzCheckpoint(OpenedCheckpoint):
             )
         return stored, fortran, prefix + hlen
 
+    def _read_cached(self, name: str, entry: _zipread.Entry, spec: Any) -> np.ndarray | None:
+        """A stored member that the index holds in memory, exactly as export writes it.
+
+        Its header must be the very bytes export writes for the manifest's
+        dtype and shape (so nothing needs parsing); anything else, or a member
+        not in memory, returns ``None`` for the general path to read and judge.
+        """
+        raw = self.index.cached(entry.data_offset, entry.csize)
+        if raw is None:
+            return None
+        dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
+        stored = storage_dtype(dtype)
+        header = build_header(stored, shape, False)
+        if len(raw) != len(header) + nbytes or raw[: len(header)] != header:
+            return None
+        if zlib.crc32(raw) != entry.crc:
+            raise SerializationError(
+                f"{self.where}: member {name!r}: CRC mismatch: the data is corrupt"
+            )
+        arr = np.frombuffer(raw, stored, math.prod(shape), len(header)).reshape(shape).copy()
+        return arr.view(dtype) if stored != dtype else arr
+
     def read_one(self, key: str, spec: Any, placement: Any = None) -> Any:
         """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked."""
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
+        if placement is None and entry.method == 0 and nbytes:
+            found = self._read_cached(name, entry, spec)
+            if found is not None:
+                return found
         reader = _zipread.MemberReader(self.fd, entry, self.where, self.index)
         stored, fortran, start = self._header(reader, name, spec)
         if placement is not None and not fortran and len(shape) > 0 and nbytes > 0:
@@ -520,7 +524,7 @@ class DirectoryFormat(Format):
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
                 try:
-                    _fsync_all([npz.fileno(), man.fileno(), dirfd], npz.tell() + len(manifest))
+                    fsync_all([npz.fileno(), man.fileno()], [dirfd], npz.tell() + len(manifest))
                 finally:
                     os.close(dirfd)
         step("temp-synced")
