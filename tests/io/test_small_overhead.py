@@ -4,6 +4,7 @@ the reused JSON node encoder, inline removal of a small old checkpoint, and the 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import stat
@@ -151,6 +152,30 @@ def test_buffered_zip_writer_mixes_tiny_and_large_members(compression: str, tmp_
         assert [archive.read(f"m{i}") for i in range(len(sizes))] == contents
 
 
+@pytest.mark.parametrize("compression", ["auto", "none"])
+def test_all_tiny_members_write_the_bytes_of_the_general_path(
+    compression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-write path for archives of tiny members gives byte for byte the general output."""
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        members = [
+            _zip.Member.of(f"m{i}é.npy", [rng.bytes(int(rng.integers(0, 60))), b"x" * i])
+            for i in range(int(rng.integers(1, 12)))
+        ]
+        assert _zip._all_tiny(members)
+        quick, general = io.BytesIO(), io.BytesIO()
+        seen: list[str] = []
+        got = _zip.write_zip(quick, members, compression=compression, after_member=seen.append)
+        with monkeypatch.context() as patch:
+            patch.setattr(_zip, "_all_tiny", lambda members: False)
+            want = _zip.write_zip(general, members, compression=compression)
+        assert got == want and quick.getvalue() == general.getvalue()
+        assert seen == [m.name for m in members]
+        with zipfile.ZipFile(quick) as archive:
+            assert archive.testzip() is None
+
+
 def test_node_encoder_matches_json_dumps() -> None:
     """manifest.json holds each node exactly as json.dumps would, one per line."""
     value = {"s": 'é"\\\n', "big": 2**80, "f": 0.1, "t": (True, None), "arrays": [np.ones(2)]}
@@ -258,3 +283,17 @@ def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
         assert not gc.isenabled()  # off before, off after
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("fmt", ["directory", "zip"])
+def test_loading_leaves_access_times_alone(fmt: str, tmp_path: Path) -> None:
+    """A load does not write to the checkpoint: its files keep their access times (O_NOATIME),
+    even on a relatime mount, where the first read after a write would update them."""
+    path = jio.export({"a": np.arange(3.0)}, tmp_path / f"ck{SUFFIX[fmt]}")
+    files = [path / "manifest.json", path / "arrays.npz"] if fmt == "directory" else [path]
+    for file in files:
+        info = file.stat()
+        os.utime(file, ns=(info.st_mtime_ns - 10**12, info.st_mtime_ns))  # atime well before mtime
+    before = [file.stat().st_atime_ns for file in files]
+    jio.load(path)
+    assert [file.stat().st_atime_ns for file in files] == before

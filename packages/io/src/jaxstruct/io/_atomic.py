@@ -20,9 +20,12 @@ moved into place:
   another ``overwrite=True`` writer creates the target first, the loser
   replaces it: both succeed and one whole checkpoint remains.
 
-Temporaries left by a killed process carry its pid; the next export to the
-same target removes those whose process is gone (after recovering a parked
-checkpoint). They never block an export.
+Temporaries left by a killed process carry its pid; an export to the same
+target removes those whose process is gone (after recovering a parked
+checkpoint). Every export to a missing target looks for them; a process that
+keeps overwriting one target looks once (listing the parent directory each
+time would cost a small checkpoint a good part of its export). They never
+block an export.
 """
 
 from __future__ import annotations
@@ -259,6 +262,7 @@ def publish(
     overwrite: bool,
     is_ours: Callable[[Path], bool],
     what: str = "checkpoint",
+    checked: bool = False,
 ) -> None:
     """Create a checkpoint at ``target`` so that a crash never loses the one already there.
 
@@ -272,6 +276,8 @@ def publish(
         overwrite: whether an existing checkpoint may be replaced.
         is_ours: whether an existing path is a checkpoint that ``overwrite`` may replace.
         what: names what ``is_ours`` accepts in messages (``"zip checkpoint"``).
+        checked: the caller has just found that ``target`` is a checkpoint
+            ``is_ours`` accepts (it is not looked at again unless it vanishes).
 
     Raises:
         FileExistsError: ``target`` exists and ``overwrite`` is false.
@@ -293,12 +299,20 @@ def publish(
                 "another path"
             )
 
-    checked = os.path.lexists(target)
-    if checked:
+    exists = os.path.lexists(target)
+    if exists and not checked:
         refuse_existing()
-    else:
+    checked = exists
+    if not exists:
         _make_parents(target.parent)
-    clean_debris(target)
+    if not exists or target not in _SWEPT:
+        # Debris is swept whenever the target is missing (a parked checkpoint may
+        # need recovery) and at the first overwrite of a target in this process.
+        clean_debris(target)
+        if exists:
+            if len(_SWEPT) >= _SWEPT_MAX:
+                _SWEPT.clear()
+            _SWEPT.add(target)
     if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
         refuse_existing()
         checked = True
@@ -355,6 +369,8 @@ def _remove_later(path: Path) -> None:
     if STEP_HOOK is not None:  # crash tests observe every step on the calling thread
         remove(path)
         return
+    if _remove_known(path):
+        return
     names = _small_tree(path)
     if names is not None:
         # A small checkpoint goes faster than a hand-over to a thread: unlink its
@@ -371,6 +387,23 @@ def _remove_later(path: Path) -> None:
     with _PENDING_LOCK:
         _PENDING.append(pool().submit(remove, path))
         _PENDING[:] = [f for f in _PENDING if not f.done()]
+
+
+def _remove_known(path: Path) -> bool:
+    """Delete a small checkpoint laid out as export writes it; return whether it is gone.
+
+    A directory holding just ``manifest.json`` and a small ``arrays.npz`` goes
+    with four system calls; anything else is left for the careful removal.
+    """
+    try:
+        if os.lstat(os.path.join(path, "arrays.npz")).st_size > _SMALL_TREE:
+            return False
+        os.unlink(os.path.join(path, "manifest.json"))
+        os.unlink(os.path.join(path, "arrays.npz"))
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
 
 
 _SMALL_TREE = 8 << 20  # bytes: unlinking this much takes well under a millisecond
@@ -395,6 +428,9 @@ def _small_tree(path: Path) -> list[str] | None:
     return names
 
 
+# Targets whose debris this process has already swept (a sweep lists the parent).
+_SWEPT: set[Path] = set()
+_SWEPT_MAX = 4096
 _PENDING: list[Future[None]] = []
 _PENDING_LOCK = threading.Lock()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -31,7 +32,7 @@ from jaxstruct.registry import SerializationError
 
 from . import _gc, _zip, _zipread
 from ._dtypes import storage_dtype
-from ._files import open_regular, read_all
+from ._files import open_noatime, open_regular, read_all
 from ._formats import Format, OpenedCheckpoint
 from ._limits import Limits
 from ._manifest import check_node_budget
@@ -147,9 +148,9 @@ def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
     Checkpoints of many small arrays spend most of their export here, and
     one host copy of a few KiB costs less than walking the shards.
     """
-    if arr.nbytes > _SMALL_MEMBER or len(arr.sharding.device_set) != 1:
-        return None
     stored = storage_dtype(np.dtype(arr.dtype))
+    if arr.size * stored.itemsize > _SMALL_MEMBER or len(arr.sharding.device_set) != 1:
+        return None
     # addressable_data(0) is a fresh Array: the host copy numpy caches on it
     # goes away with it, never staying on the user's array.
     host = np.asarray(arr.addressable_data(0))
@@ -495,6 +496,7 @@ def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationErr
 
 
 _MANIFEST_START = b'{"format":"jaxstruct"'
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 class DirectoryFormat(Format):
@@ -537,13 +539,18 @@ class DirectoryFormat(Format):
 
         One small read, not a full open: the manifest must start as export writes it.
         """
-        if not path.is_dir() or path.is_symlink():
-            return False
         try:
-            with open(path / MANIFEST, "rb") as handle:
-                return handle.read(len(_MANIFEST_START)) == _MANIFEST_START
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+            fd = open_noatime(path / MANIFEST, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return False
+        try:
+            return os.read(fd, len(_MANIFEST_START)) == _MANIFEST_START
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def open(self, path: Path, limits: Limits) -> _NpzCheckpoint:
         where = repr(str(path))
@@ -619,20 +626,26 @@ class ZipFormat(Format):
     def sniff(self, path: Path) -> bool:
         if not path.is_file():
             return False
-        with open(path, "rb") as handle:
-            return handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+        fd = open_noatime(path, os.O_RDONLY)
+        try:
+            return os.pread(fd, 4, 0) in _ZIP_MAGIC
+        finally:
+            os.close(fd)
 
     def owns(self, path: Path) -> bool:
         """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
         if not path.is_file():
             return False
-        with open(path, "rb") as handle:
-            if handle.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):
+        fd = open_noatime(path, os.O_RDONLY)
+        try:
+            if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
             # The central directory sits at the end: it must name manifest.json.
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - (1 << 16)))
-            return b"manifest.json" in handle.read()
+            size = os.fstat(fd).st_size
+            start = max(0, size - (1 << 16))
+            return b"manifest.json" in os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
 
     def open(self, path: Path, limits: Limits) -> _NpzCheckpoint:
         where = repr(str(path))

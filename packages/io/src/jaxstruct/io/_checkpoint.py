@@ -137,14 +137,15 @@ def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -
     return Path(text).absolute()
 
 
-def _check_existing(target: Any, fmt: Format, overwrite: bool) -> None:
+def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
+    """Refuse an existing target that may not be replaced; return whether one exists (ours)."""
     if isinstance(target, str):
         if overwrite:
             raise SerializationError(
                 f"{target!r}: overwrite=True is not supported for remote paths (it cannot be "
                 "replaced atomically); export to a new path"
             )
-        return
+        return False
     if os.path.lexists(target):
         if not overwrite:
             raise FileExistsError(
@@ -157,6 +158,8 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> None:
                 "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
                 "another path"
             )
+        return True
+    return False
 
 
 def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
@@ -168,14 +171,24 @@ def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
     )
 
 
-def _publish(target: Path, fmt: Format, overwrite: bool, write: Callable[[Path], None]) -> None:
-    """Create the checkpoint at a temporary sibling with ``write`` and move it into place."""
+def _publish(
+    target: Path,
+    fmt: Format,
+    overwrite: bool,
+    write: Callable[[Path], None],
+    checked: bool = False,
+) -> None:
+    """Create the checkpoint at a temporary sibling with ``write`` and move it into place.
+
+    ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
+    """
     _atomic.publish(
         target,
         write,
         overwrite=overwrite,
         is_ours=_is_ours(fmt),
         what=f"{fmt.name} checkpoint",
+        checked=checked,
     )
 
 
@@ -254,8 +267,12 @@ def _write_everywhere(
     overwrite: bool,
     compression: str,
     background: bool,
+    checked: bool = False,
 ) -> PendingWrite | None:
-    """Write and publish the checkpoint (in this thread); return a format's own pending write."""
+    """Write and publish the checkpoint (in this thread); return a format's own pending write.
+
+    ``checked``: an existing checkpoint of ``fmt`` was found at ``target`` just before.
+    """
     step = _atomic.step
     if fmt.multiprocess or _multihost.process_count() == 1:
         if fmt.publishes_atomically and _replaces(target, overwrite):
@@ -280,6 +297,7 @@ def _write_everywhere(
             fmt,
             overwrite,
             lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
+            checked,
         )
         return None
     # A single-writer format in a multi-process run: process 0 checks the path and
@@ -288,12 +306,13 @@ def _write_everywhere(
     error: BaseException | None = None
     if _multihost.is_primary():
         try:
-            _check_existing(target, fmt, overwrite)
+            found = _check_existing(target, fmt, overwrite)
             _publish(
                 target,
                 fmt,
                 overwrite,
                 lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
+                found,
             )
         except BaseException as err:
             error = err
@@ -401,8 +420,9 @@ def export(
     _async.wait_for_previous(key)
     _atomic.step("start")
     single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    found = False
     if not single_writer:  # otherwise process 0 alone checks, when it writes
-        _check_existing(target, fmt, overwrite)
+        found = _check_existing(target, fmt, overwrite)
     # Encode everything before touching the disk: an unrepresentable value
     # fails here and nothing is written.
     state = encode_state(obj)
@@ -420,6 +440,7 @@ def export(
             overwrite=overwrite,
             compression=compression,
             background=False,
+            checked=found,
         )
         return target
     handle = _async.ExportHandle(target, key)

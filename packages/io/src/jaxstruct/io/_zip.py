@@ -264,6 +264,8 @@ def write_zip(
     Returns:
         ``(size, crc)``: the number of bytes written and their CRC-32.
     """
+    if compression != "deflate" and _all_tiny(members):
+        return _write_tiny(stream, members, after_member)
     central: list[bytes] = []
     offset = 0  # bytes handed to write(), buffered or not
     crc = 0
@@ -317,6 +319,72 @@ def write_zip(
     if buffer:
         flush()
     return offset, crc
+
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+
+
+def _all_tiny(members: Sequence[Member]) -> bool:
+    """Whether every member is a small, in-memory, non-text one (stored, never deflated)."""
+    total = 0
+    for member in members:
+        if member.parts is None or member.text or member.size >= _TINY:
+            return False
+        total += member.size
+    return total < _BUFFER
+
+
+def _write_tiny(
+    stream: BinaryIO, members: Sequence[Member], after_member: Callable[[str], None] | None
+) -> tuple[int, int]:
+    """:func:`write_zip` for members that are all tiny: stored, built in memory, one write.
+
+    The same bytes the general path writes for stored members, without its
+    per-member machinery (a checkpoint of small arrays spends its export there).
+    """
+    pieces: list[bytes] = []
+    central: list[bytes] = []
+    offset = 0
+    for member in members:
+        name = member.name.encode("utf-8")
+        data = b"".join(member.parts)  # pyright: ignore[reportCallIssue, reportArgumentType]
+        crc, size = zlib.crc32(data), len(data)
+        header = _LOCAL.pack(
+            0x04034B50, 20, 0x800, _STORED, 0, _DOS_DATE, crc, size, size, len(name), 0
+        )
+        pieces += (header, name, data)
+        central.append(
+            _CENTRAL.pack(
+                0x02014B50,
+                (3 << 8) | 45,
+                20,
+                0x800,
+                _STORED,
+                0,
+                _DOS_DATE,
+                crc,
+                size,
+                size,
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                0o100644 << 16,
+                offset,
+            )
+            + name
+        )
+        offset += len(header) + len(name) + size
+    directory = b"".join(central)
+    pieces += (directory, _end_records(len(central), offset, len(directory)))
+    blob = b"".join(pieces)
+    _write_fully(stream, blob)
+    if after_member is not None:
+        for member in members:
+            after_member(member.name)
+    return len(blob), zlib.crc32(blob)
 
 
 def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:
