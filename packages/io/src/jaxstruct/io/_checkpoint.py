@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -74,10 +75,12 @@ def _detect(path: Any) -> Format:
             "checkpoint (the built-in formats read local paths only; jaxstruct-orbax reads "
             "the URLs orbax accepts)"
         )
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{where}: no such checkpoint")
-    is_dir = path.is_dir()
-    if not is_dir and not path.is_file():
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(f"{where}: no such checkpoint") from None
+    is_dir = stat.S_ISDIR(mode)
+    if not is_dir and not stat.S_ISREG(mode):
         raise SerializationError(f"{where}: is not a regular file or directory")
     for fmt in current_registry().formats.values():
         if fmt.is_directory != is_dir:

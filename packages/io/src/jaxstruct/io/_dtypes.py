@@ -47,6 +47,9 @@ _NUMPY_STR = re.compile(
 )
 
 
+_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
+
+
 def dtype_name(dtype: np.dtype, where: object) -> str:
     """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly.
 
@@ -54,6 +57,16 @@ def dtype_name(dtype: np.dtype, where: object) -> str:
         SerializationError: object, string (``StringDType``) and structured
             dtypes, which have no exact pickle-free representation.
     """
+    found = _NAMES.get(dtype)
+    if found is not None:
+        return found
+    name = _checked_name(dtype, where)
+    if len(_NAMES) < 1024:
+        _NAMES[dtype] = name
+    return name
+
+
+def _checked_name(dtype: np.dtype, where: object) -> str:
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise SerializationError(
             f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
@@ -82,6 +95,20 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     Raises:
         SerializationError: the name is not a string naming a supported dtype.
     """
+    if type(name) is str:
+        found = _PARSED.get(name)
+        if found is not None:
+            return found
+    dtype = _parsed(name, where)
+    if len(_PARSED) < 1024:
+        _PARSED[name] = dtype  # pyright: ignore[reportArgumentType]  # only str names get here
+    return dtype
+
+
+_PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
+
+
+def _parsed(name: object, where: str) -> np.dtype:
     if not isinstance(name, str):
         raise SerializationError(
             f"{where}: expected a dtype name string, got {type(name).__name__}"

@@ -172,7 +172,10 @@ class _Encoder:
                 f"cannot export the JAX array at {path}: it has been deleted (donated to a jitted "
                 "function?); export it before donating it"
             )
-        if jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
+        # (A typed key's dtype is not a NumPy dtype: ordinary arrays skip the check.)
+        if not isinstance(value.dtype, np.dtype) and jax.numpy.issubdtype(
+            value.dtype, jax.dtypes.prng_key
+        ):
             # A typed PRNG key: store its raw key data and the name of its implementation.
             impl = str(jax.random.key_impl(value))
             node = self._array(jax.random.key_data(value), path, "prngkey")

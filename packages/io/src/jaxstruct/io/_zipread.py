@@ -15,7 +15,7 @@ import os
 import struct
 import zipfile
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from jaxstruct.registry import SerializationError
 
@@ -37,8 +37,7 @@ _WHOLE_FILE = 64 << 10
 _OVERLAP_CRC = 2 << 20
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A checked zip member: where its data starts and how it is stored."""
 
     name: str
