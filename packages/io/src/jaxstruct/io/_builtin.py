@@ -284,9 +284,14 @@ class _NpzCheckpoint(OpenedCheckpoint):
         self.check_members(table)
         keys = list(table) if wanted is None else list(wanted)
         out: dict[str, Any] = {}
+        # The CRCs of big members are checked at the end: they are computed on the
+        # CRC threads while the next members are read, never waited for in between.
+        checks: list[Callable[[], None]] = []
         for key in keys:
             placement = None if wanted is None else wanted[key]
-            out[key] = self.read_one(key, table[key], placement)
+            out[key] = self.read_one(key, table[key], placement, checks)
+        for check in checks:
+            check()
         return out
 
     def _header(
@@ -332,8 +337,17 @@ class _NpzCheckpoint(OpenedCheckpoint):
         arr = np.frombuffer(raw, stored, math.prod(shape), len(header)).reshape(shape).copy()
         return arr.view(dtype) if stored != dtype else arr
 
-    def read_one(self, key: str, spec: Any, placement: Any = None) -> Any:
-        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked."""
+    def read_one(
+        self,
+        key: str,
+        spec: Any,
+        placement: Any = None,
+        checks: list[Callable[[], None]] | None = None,
+    ) -> Any:
+        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked.
+
+        With ``checks``, a CRC still being computed is left there to check later.
+        """
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
@@ -367,7 +381,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
             for pos in range(0, nbytes, step):
                 reader.readinto(view[pos : pos + step])
             arr = buf.view(stored).reshape(shape, order=order)
-        reader.finish()
+        reader.finish(checks)
         arr = arr.view(dtype) if stored != dtype else arr
         if placement is not None:
             import jax

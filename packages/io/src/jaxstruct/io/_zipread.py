@@ -15,6 +15,7 @@ import os
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from jaxstruct.registry import SerializationError
@@ -372,12 +373,25 @@ class MemberReader:
             if self._inflater.eof:
                 raise self._fail("compressed data ended early")
 
-    def finish(self) -> None:
-        """Check that every byte was consumed and that the CRC matches."""
+    def finish(self, later: list[Callable[[], None]] | None = None) -> None:
+        """Check that every byte was consumed and that the CRC matches.
+
+        With ``later``, a CRC still being computed on the CRC threads is not
+        waited for: its check is appended to ``later`` for the caller to run
+        (before it hands out the data), so the next member is read meanwhile.
+        """
         if self._produced != self._entry.size:
             raise self._fail("holds more bytes than its contents need")
         if self._inflater is not None and (self._pending or self._inflater.unconsumed_tail):
             raise self._fail("holds more bytes than its contents need")
+        if self._chain is not None and later is not None:
+            later.append(self._check_chain)
+            return
         crc = self._chain.result() if self._chain is not None else self._crc
         if crc != self._entry.crc:
+            raise self._fail("CRC mismatch: the data is corrupt")
+
+    def _check_chain(self) -> None:
+        assert self._chain is not None
+        if self._chain.result() != self._entry.crc:
             raise self._fail("CRC mismatch: the data is corrupt")
