@@ -60,3 +60,13 @@ def test_two_big_members_read_one_after_another_keep_their_own_crc(tmp_path: Pat
     back = jio.load(path)
     np.testing.assert_array_equal(back["a"], data["a"])
     np.testing.assert_array_equal(back["b"], data["b"])
+
+
+def test_deferred_crc_check_names_the_corrupt_member(tmp_path: Path) -> None:
+    """The CRC of a big member is checked after later members are read; the error still names
+    the member whose bytes are wrong, and nothing of the load is returned."""
+    data = {"a": np.arange(BIG, dtype=np.float32), "b": -np.arange(BIG, dtype=np.float32)}
+    path = jio.export(data, tmp_path / "ck", compression="none")
+    _flip_byte_inside(path / "arrays.npz", "a0.npy", 4 * BIG // 3)
+    with pytest.raises(SerializationError, match=r"'a0\.npy'.*CRC mismatch"):
+        jio.load(path)
