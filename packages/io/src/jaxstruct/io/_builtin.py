@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import stat
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 from jaxstruct.registry import SerializationError
 
 from . import _gc, _zip, _zipread
+from ._crc import crc32
 from ._dtypes import storage_dtype
 from ._files import open_noatime, open_regular, read_all
 from ._formats import Format, OpenedCheckpoint
@@ -330,7 +330,7 @@ class _NpzCheckpoint(OpenedCheckpoint):
         header = build_header(stored, shape, False)
         if len(raw) != len(header) + nbytes or raw[: len(header)] != header:
             return None
-        if zlib.crc32(raw) != entry.crc:
+        if crc32(raw) != entry.crc:
             raise SerializationError(
                 f"{self.where}: member {name!r}: CRC mismatch: the data is corrupt"
             )

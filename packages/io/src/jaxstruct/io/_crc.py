@@ -1,13 +1,17 @@
-"""CRC-32 arithmetic: the CRC of a concatenation from the CRCs of its parts."""
+"""CRC-32: the fastest implementation at hand, and the CRC of a concatenation from its parts."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import zlib
 
 from ._pools import crc_pool
 
-__all__ = ["CrcParts", "crc32_combine"]
+try:  # zlib-ng computes CRC-32 several times faster than zlib (23 against 3-4 GB/s here)
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
+    from zlib import crc32
+
+__all__ = ["CrcParts", "crc32", "crc32_combine"]
 
 # CRC-32 of a concatenation from the CRCs of its parts (zlib's crc32_combine,
 # which Python's zlib does not expose): multiply by x^(8n) modulo the polynomial.
@@ -62,7 +66,7 @@ class CrcParts:
         self.parts: list[tuple[concurrent.futures.Future[int], int]] = []
 
     def add(self, piece: memoryview) -> None:
-        self.parts.append((crc_pool().submit(zlib.crc32, piece), piece.nbytes))
+        self.parts.append((crc_pool().submit(crc32, piece), piece.nbytes))
 
     def result(self) -> int:
         crc = self.start

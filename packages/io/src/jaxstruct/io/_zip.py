@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO
 
-from ._crc import crc32_combine
+from ._crc import crc32, crc32_combine
 from ._pools import WORKERS, pool
 
 __all__ = ["Chunk", "Member", "write_zip"]
@@ -99,7 +99,7 @@ def _deflate_all(chunks: Iterable[Chunk], strategy: int, level: int) -> tuple[in
     for part in chunks:
         for i in range(0, len(part), _CHUNK):
             piece = part[i : i + _CHUNK]
-            crc = zlib.crc32(piece, crc)
+            crc = crc32(piece, crc)
             out.append(comp.compress(piece))
     out.append(comp.flush())
     return crc, [c for c in out if c]
@@ -137,7 +137,7 @@ def _first_sample(member: Member) -> bytes:
 def _crc_of(chunks: Iterable[Chunk]) -> int:
     crc = 0
     for chunk in chunks:
-        crc = zlib.crc32(chunk, crc)
+        crc = crc32(chunk, crc)
     return crc
 
 
@@ -292,7 +292,7 @@ def write_zip(
 
     def write_small(data: bytes) -> None:
         nonlocal crc
-        crc = zlib.crc32(data, crc)
+        crc = crc32(data, crc)
         write(data)
 
     for member, prep in _prepared(members, compression):
@@ -303,7 +303,7 @@ def write_zip(
         payload = prep.payload if prep.payload is not None else member.chunks()
         if prep.csize <= _TINY:
             for chunk in payload:
-                crc = zlib.crc32(chunk, crc)
+                crc = crc32(chunk, crc)
                 write(chunk)
         else:
             for chunk in payload:
@@ -349,7 +349,7 @@ def _write_tiny(
     for member in members:
         name = member.name.encode("utf-8")
         data = b"".join(member.parts)  # pyright: ignore[reportCallIssue, reportArgumentType]
-        crc, size = zlib.crc32(data), len(data)
+        crc, size = crc32(data), len(data)
         header = _LOCAL.pack(
             0x04034B50, 20, 0x800, _STORED, 0, _DOS_DATE, crc, size, size, len(name), 0
         )
@@ -384,7 +384,7 @@ def _write_tiny(
     if after_member is not None:
         for member in members:
             after_member(member.name)
-    return len(blob), zlib.crc32(blob)
+    return len(blob), crc32(blob)
 
 
 def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:

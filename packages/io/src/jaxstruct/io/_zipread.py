@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from jaxstruct.registry import SerializationError
 
-from ._crc import CrcParts
+from ._crc import CrcParts, crc32
 
 __all__ = ["Entry", "MemberReader", "ZipIndex", "read_index"]
 
@@ -326,7 +326,7 @@ class MemberReader:
                 raise self._fail("file ended early")
             view[:] = self._whole[start : start + n]
             self._pos += n
-            self._crc = zlib.crc32(view, self._crc)
+            self._crc = crc32(view, self._crc)
         elif self._inflater is None:
             done = 0
             while done < n:
@@ -338,7 +338,7 @@ class MemberReader:
             if self._chain is not None:
                 self._chain.add(view)
             else:
-                self._crc = zlib.crc32(view, self._crc)
+                self._crc = crc32(view, self._crc)
         else:
             done = 0
             while done < n:
@@ -346,7 +346,7 @@ class MemberReader:
                     self._pending = self._inflate(n - done)
                 take = min(len(self._pending), n - done)
                 view[done : done + take] = self._pending[:take]
-                self._crc = zlib.crc32(self._pending[:take], self._crc)
+                self._crc = crc32(self._pending[:take], self._crc)
                 self._pending = self._pending[take:]
                 done += take
         self._produced += n
