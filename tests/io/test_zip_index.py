@@ -152,6 +152,26 @@ def test_small_archive_is_read_with_one_call(
     assert calls == sizes
 
 
+def test_small_zip_checkpoint_is_read_with_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small .zip is read once whole (after the 4-byte sniff): the outer directory, the
+    deflated manifest, the stored arrays.npz inside and its members all come from that copy."""
+    value = {f"a{i}": np.arange(i + 1.0) for i in range(10)}
+    path = jio.export(value, tmp_path / "ck.zip")
+    calls: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, offset: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    back = jio.load(path)
+    assert all(np.array_equal(back[k], v) for k, v in value.items())
+    assert calls == [4, path.stat().st_size]
+
+
 def test_quick_path_checks_still_hold(tmp_path: Path) -> None:
     """A corrupt member of a small archive is still caught by its CRC, from memory."""
     path = jio.export({"a": np.array([1.5, -7.25])}, tmp_path / "ck")

@@ -171,7 +171,9 @@ class ZipFormat(Format):
                 handle,
                 [
                     (MANIFEST, 0, method, crc, size, csize, 0),
-                    (ARRAYS, arrays_at, 0, inner_crc, inner_size, inner_size, 1),
+                    # ZIP64 fields only where a size or offset needs them (the local
+                    # header reserved them, the size being unknown when it was written).
+                    (ARRAYS, arrays_at, 0, inner_crc, inner_size, inner_size, 0),
                 ],
                 central,
             )

@@ -293,6 +293,10 @@ class MemberReader:
                 self._whole = index.cached(entry.data_offset, entry.csize)
             if self._whole is None:
                 self._whole = os.pread(fd, entry.csize, entry.data_offset)
+        # A deflated member the index holds in memory is inflated from there.
+        self._compressed: memoryview | None = None
+        if self._inflater is not None and index is not None:
+            self._compressed = index.cached(entry.data_offset, entry.csize)
         self._chain: CrcParts | None = None
 
     def _fail(self, problem: str) -> SerializationError:
@@ -360,7 +364,11 @@ class MemberReader:
             else:
                 if self._pos >= self._end:
                     raise self._fail("compressed data ended early")
-                source = os.pread(self._fd, min(_CHUNK, self._end - self._pos), self._pos)
+                if self._compressed is not None:
+                    start = self._pos - self._entry.data_offset
+                    source = bytes(self._compressed[start : start + _CHUNK])
+                else:
+                    source = os.pread(self._fd, min(_CHUNK, self._end - self._pos), self._pos)
                 if not source:
                     raise self._fail("file ended early")
                 self._pos += len(source)
