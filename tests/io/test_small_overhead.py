@@ -8,6 +8,7 @@ import io
 import json
 import os
 import stat
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -209,22 +210,28 @@ def test_large_old_checkpoint_is_removed_in_the_background(tmp_path: Path) -> No
     assert jio.load(path)["a"].tolist() == [0, 0, 0]
 
 
-def test_failed_fsync_on_a_pool_thread_fails_the_export(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("nbytes", [8, 3 << 20], ids=["small-in-turn", "large-on-the-pool"])
+def test_failed_directory_fsync_fails_the_export(
+    nbytes: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An fsync error on a descriptor the pool syncs is raised; the old checkpoint stays."""
+    """An fsync error on the new checkpoint's directory is raised, whether the calling thread or
+    the pool synced it (a checkpoint over 1 MiB); the old checkpoint stays."""
     path = jio.export({"v": "old"}, tmp_path / "ck")
     real = os.fsync
+    threads: list[str] = []
 
     def failing(fd: int) -> None:
         if stat.S_ISDIR(os.fstat(fd).st_mode):
+            threads.append(threading.current_thread().name)
             raise OSError(errno.EIO, "Input/output error")
         real(fd)
 
     monkeypatch.setattr(os, "fsync", failing)
+    new = {"v": "new", "a": np.zeros(nbytes, np.uint8)}
     with pytest.raises(jio.CheckpointWriteError, match="Input/output error"):
-        jio.export({"v": "new"}, path, overwrite=True)
+        jio.export(new, path, overwrite=True, compression="none")
     monkeypatch.setattr(os, "fsync", real)
+    assert (threads[0] == "MainThread") == (nbytes < 1 << 20)
     assert jio.load(path) == {"v": "old"}
     assert [p.name for p in tmp_path.iterdir()] == ["ck"]
 

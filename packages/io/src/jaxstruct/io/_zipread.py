@@ -84,11 +84,10 @@ def _simple_records(read: Any, file_size: int) -> list[_Record] | None:
     """The members of an archive laid out as export writes small ones, else ``None``.
 
     Simple means: no archive comment, no ZIP64 records, the central directory
-    right before the end record, no extra fields, no NUL or backslash in a
-    name, a format version zipfile knows. Anything
-    else (or anything malformed) returns ``None`` and is left to
-    :mod:`zipfile`, which knows every variant. ``read(offset, n)`` reads the
-    archive.
+    right before the end record, no extra fields in it, no NUL or backslash in
+    a name, a format version zipfile knows. Anything else (or anything
+    malformed) returns ``None`` and is left to :mod:`zipfile`, which knows
+    every variant. ``read(offset, n)`` reads the archive.
     """
     if file_size < _EOCD.size:
         return None
