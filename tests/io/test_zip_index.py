@@ -131,45 +131,29 @@ def test_mutations_are_mostly_taken_by_the_quick_path() -> None:
     assert _records(bytes(data)) == (None, SerializationError)
 
 
-def test_small_archive_is_read_with_one_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Loading a small checkpoint reads each file once: index and members come from memory."""
-    path = jio.export({f"a{i}": np.arange(i + 1.0) for i in range(10)}, tmp_path / "ck")
-    calls: list[int] = []
-    real = os.pread
-
-    def counting(fd: int, n: int, offset: int) -> bytes:
-        calls.append(n)
-        return real(fd, n, offset)
-
-    monkeypatch.setattr(os, "pread", counting)
-    back = jio.load(path)
-    assert [back[f"a{i}"].tolist() for i in range(10)] == [
-        np.arange(i + 1.0).tolist() for i in range(10)
-    ]
-    sizes = [(path / name).stat().st_size for name in ("manifest.json", "arrays.npz")]
-    assert calls == sizes
-
-
-def test_small_zip_checkpoint_is_read_with_one_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A small .zip is read once whole (after the 4-byte sniff): the outer directory, the
-    deflated manifest, the stored arrays.npz inside and its members all come from that copy."""
+@pytest.mark.parametrize("name", ["ck", "ck.zip"])
+def test_small_checkpoint_is_read_with_one_call_per_file(name: str, tmp_path: Path) -> None:
+    """A small checkpoint's files are each read once, whole: the zip directories, the
+    (deflated) manifest, the stored arrays.npz and its members all come from those copies.
+    (A .zip is sniffed first: 4 bytes.)"""
     value = {f"a{i}": np.arange(i + 1.0) for i in range(10)}
-    path = jio.export(value, tmp_path / "ck.zip")
-    calls: list[int] = []
-    real = os.pread
+    path = jio.export(value, tmp_path / name)
+    if path.is_dir():
+        want = [(path / f).stat().st_size for f in ("manifest.json", "arrays.npz")]
+    else:
+        want = [4, path.stat().st_size]
+    with pytest.MonkeyPatch.context() as patch:
+        sizes: list[int] = []
+        real = os.pread
 
-    def counting(fd: int, n: int, offset: int) -> bytes:
-        calls.append(n)
-        return real(fd, n, offset)
+        def counting(fd: int, n: int, offset: int) -> bytes:
+            sizes.append(n)
+            return real(fd, n, offset)
 
-    monkeypatch.setattr(os, "pread", counting)
-    back = jio.load(path)
+        patch.setattr(os, "pread", counting)
+        back = jio.load(path)
     assert all(np.array_equal(back[k], v) for k, v in value.items())
-    assert calls == [4, path.stat().st_size]
+    assert sizes == want
 
 
 def test_quick_path_checks_still_hold(tmp_path: Path) -> None:
