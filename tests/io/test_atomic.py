@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -269,3 +270,33 @@ def test_debris_of_dead_processes_is_cleaned(tmp_path: Path) -> None:
     (stale / "manifest.json").write_text("{}")
     jio.export([1], tmp_path / "c")
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path) -> None:
+    """An overwrite sweeps a target's debris the first time in a process; later overwrites of
+    the same target do not list the parent again, and a missing target is always swept."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = dead.stdout.strip()
+    path = jio.export([0], tmp_path / "c")
+
+    def plant(tag: str) -> Path:
+        stale = tmp_path / f".c.jaxstruct-tmp-{pid}-{tag}"
+        stale.mkdir()
+        (stale / "manifest.json").write_text("{}")
+        return stale
+
+    plant("one")
+    jio.export([1], path, overwrite=True)  # first overwrite of c here: swept
+    assert [p.name for p in tmp_path.iterdir()] == ["c"]
+    second = plant("two")
+    jio.export([2], path, overwrite=True)  # not listed again
+    assert second.exists()
+    shutil.rmtree(path)
+    jio.export([3], path)  # missing target: swept
+    assert [p.name for p in tmp_path.iterdir()] == ["c"]
+    assert jio.load(path) == [3]

@@ -283,19 +283,15 @@ class MemberReader:
         self._crc = 0
         self._pending = b""
         self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
+        # The member's bytes as stored, when the index holds the whole archive.
+        cached = index.cached(entry.data_offset, entry.csize) if index is not None else None
         # A small stored member (a .npy header and a tiny array) is read with one
-        # system call up front, instead of one per piece the caller asks for.
-        # (Taken from the index when it holds the whole archive.)
+        # system call up front (or taken from the index), not one per piece asked for.
         self._whole: bytes | memoryview | None = None
         if self._inflater is None and entry.csize <= _READ_WHOLE:
-            if index is not None:
-                self._whole = index.cached(entry.data_offset, entry.csize)
-            if self._whole is None:
-                self._whole = os.pread(fd, entry.csize, entry.data_offset)
-        # A deflated member the index holds in memory is inflated from there.
-        self._compressed: memoryview | None = None
-        if self._inflater is not None and index is not None:
-            self._compressed = index.cached(entry.data_offset, entry.csize)
+            self._whole = cached if cached is not None else os.pread(fd, entry.csize, self._pos)
+        # A deflated member held in memory is inflated from there.
+        self._compressed = cached if self._inflater is not None else None
         self._chain: CrcParts | None = None
 
     def _fail(self, problem: str) -> SerializationError:
@@ -365,7 +361,7 @@ class MemberReader:
                     raise self._fail("compressed data ended early")
                 if self._compressed is not None:
                     start = self._pos - self._entry.data_offset
-                    source = bytes(self._compressed[start : start + _CHUNK])
+                    source = self._compressed[start : start + _CHUNK]
                 else:
                     source = os.pread(self._fd, min(_CHUNK, self._end - self._pos), self._pos)
                 if not source:
