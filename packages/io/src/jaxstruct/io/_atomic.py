@@ -45,6 +45,8 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
+from . import _spare
+
 __all__ = [
     "STEP_HOOK",
     "clean_debris",
@@ -263,6 +265,7 @@ def publish(
     is_ours: Callable[[Path], bool],
     what: str = "checkpoint",
     checked: bool = False,
+    rewrite: Callable[[Path], bool] | None = None,
 ) -> None:
     """Create a checkpoint at ``target`` so that a crash never loses the one already there.
 
@@ -278,6 +281,10 @@ def publish(
         what: names what ``is_ours`` accepts in messages (``"zip checkpoint"``).
         checked: the caller has just found that ``target`` is a checkpoint
             ``is_ours`` accepts (it is not looked at again unless it vanishes).
+        rewrite: writes the checkpoint, as ``write`` does, into an old
+            checkpoint kept as the target's spare (``_spare``), or returns
+            ``False`` when it cannot. With it, an old checkpoint this export
+            swaps out may be kept as the next spare instead of being deleted.
 
     Raises:
         FileExistsError: ``target`` exists and ``overwrite`` is false.
@@ -316,11 +323,16 @@ def publish(
     if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
         refuse_existing()
         checked = True
-    tmp = temp_sibling(target)
+    spare = _spare.take(target) if rewrite is not None else None
+    tmp = temp_sibling(target) if spare is None else spare
     old: Path | None = None
     try:
         try:
-            write(tmp)
+            if spare is None or not rewrite(spare):  # pyright: ignore[reportOptionalCall]
+                if spare is not None:
+                    remove(spare)
+                    tmp = temp_sibling(target)
+                write(tmp)
         except OSError as err:
             raise CheckpointWriteError(
                 err.errno,
@@ -354,7 +366,8 @@ def publish(
         # On success this removes the swapped-out old checkpoint; on failure the
         # half-written temporary. The target itself is never touched here.
         if old is not None and old.is_dir():
-            _remove_later(old)
+            if rewrite is None or not _spare.keep(target, old):
+                _remove_later(old)
         else:
             remove(old if old is not None else tmp)
     step("done")
@@ -436,11 +449,12 @@ _PENDING_LOCK = threading.Lock()
 
 
 def drain() -> None:
-    """Wait until every old checkpoint scheduled for removal is gone.
+    """Wait until every old checkpoint scheduled for removal is gone, and remove the spares.
 
-    Interpreter exit waits for them anyway; ``os._exit`` does not (what it
-    leaves behind is removed by the next export to the same target).
+    Interpreter exit does both anyway; ``os._exit`` does not (what it leaves
+    behind is removed by the next export to the same target).
     """
+    _spare.remove_all()
     with _PENDING_LOCK:
         pending = list(_PENDING)
         _PENDING.clear()

@@ -30,6 +30,7 @@ from ._manifest import check_node_budget
 from ._npzread import NpzCheckpoint, aligned_empty, read_member
 from ._npzwrite import members as npz_members
 from ._npzwrite import write_npz
+from ._spare import claim_files, release_files
 from ._sync import fsync_all
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
@@ -52,6 +53,49 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 def _create(path: Path) -> Any:
     return open(path, "xb", buffering=0)
+
+
+def _open_pair(path: Path) -> tuple[int, int, int, int]:
+    """Open the manifest and the arrays of the checkpoint directory ``path`` (``-1``: missing).
+
+    Both files are opened, through one descriptor of the directory, before
+    either is read: a concurrent overwrite cannot pair this manifest with the
+    arrays of another export, and files held open are never rewritten (see
+    ``_spare``). A directory swapped out and deleted meanwhile is opened again
+    from ``path``.
+    """
+    for attempt in range(3):
+        dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        fd = size = -1
+        try:
+            fd, size = open_regular(path / MANIFEST, follow=False, dir_fd=dirfd)
+            arrays_fd, arrays_size = open_regular(path / ARRAYS, follow=False, dir_fd=dirfd)
+            return fd, size, arrays_fd, arrays_size
+        except FileNotFoundError:
+            if attempt < 2 and _replaced(dirfd, path):
+                if fd >= 0:
+                    os.close(fd)
+                continue
+            if fd < 0:
+                raise
+            return fd, size, -1, -1
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        finally:
+            os.close(dirfd)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replaced(dirfd: int, path: Path) -> bool:
+    """Whether ``path`` now names another directory than the one open as ``dirfd``."""
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    opened = os.fstat(dirfd)
+    return (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
 
 
 class DirectoryFormat(Format):
@@ -86,6 +130,42 @@ class DirectoryFormat(Format):
                     os.close(dirfd)
         step("temp-synced")
 
+    def rewrite(
+        self,
+        spare: Path,
+        manifest: bytes,
+        arrays: Mapping[str, Any],
+        *,
+        compression: str,
+        step: Callable[[str], None],
+    ) -> bool:
+        """Write the checkpoint into the two files of ``spare`` in place, synced as ``write`` does.
+
+        ``spare`` is an old checkpoint of this process that nothing else holds
+        (see ``_spare``); return ``False``, having changed nothing, when it
+        cannot be reused.
+        """
+        claimed = claim_files(spare)
+        if claimed is None:
+            return False
+        dirfd, (npz_fd, man_fd) = claimed
+        try:
+            with open(npz_fd, "r+b", buffering=0, closefd=False) as npz:
+                write_npz(npz, arrays, compression, step)
+                size = npz.tell()
+            os.ftruncate(npz_fd, size)
+            step("arrays-written")
+            view = memoryview(manifest)
+            while view:
+                view = view[os.pwrite(man_fd, view, len(manifest) - len(view)) :]
+            os.ftruncate(man_fd, len(manifest))
+            step("manifest-written")
+            fsync_all([npz_fd, man_fd], [dirfd], size + len(manifest))
+        finally:
+            release_files(dirfd, [npz_fd, man_fd])
+        step("temp-synced")
+        return True
+
     def sniff(self, path: Path) -> bool:
         return path.is_dir() and (path / MANIFEST).exists()
 
@@ -109,18 +189,21 @@ class DirectoryFormat(Format):
 
     def open(self, path: Path, limits: Limits) -> NpzCheckpoint:
         where = repr(str(path))
-        fd, size = open_regular(path / MANIFEST, follow=False)
+        fd, size, arrays_fd, arrays_size = _open_pair(path)
         try:
             if size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, size, limits)
             manifest = read_all(fd, size, where)
+            check_node_budget(manifest, where, limits.max_nodes)
+            if arrays_fd < 0:
+                raise SerializationError(f"{where}: arrays.npz is missing")
+        except BaseException:
+            if arrays_fd >= 0:
+                os.close(arrays_fd)
+            raise
         finally:
             os.close(fd)
-        check_node_budget(manifest, where, limits.max_nodes)
-        try:
-            fd, size = open_regular(path / ARRAYS, follow=False)
-        except FileNotFoundError:
-            raise SerializationError(f"{where}: arrays.npz is missing") from None
+        fd, size = arrays_fd, arrays_size
         try:
             index = _zipread.read_index(
                 fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio

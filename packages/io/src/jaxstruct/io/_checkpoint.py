@@ -14,6 +14,7 @@ from jaxstruct.registry import SerializationError
 
 from . import _async, _atomic, _gc, _multihost
 from ._async import ExportHandle
+from ._builtin import DirectoryFormat
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
@@ -180,10 +181,13 @@ def _publish(
     overwrite: bool,
     write: Callable[[Path], None],
     checked: bool = False,
+    *,
+    rewrite: Callable[[Path], bool] | None = None,
 ) -> None:
     """Create the checkpoint at a temporary sibling with ``write`` and move it into place.
 
     ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
+    ``rewrite``: writes it into the target's spare instead, if it can (``_spare``).
     """
     _atomic.publish(
         target,
@@ -192,6 +196,7 @@ def _publish(
         is_ours=_is_ours(fmt),
         what=f"{fmt.name} checkpoint",
         checked=checked,
+        rewrite=rewrite,
     )
 
 
@@ -295,12 +300,16 @@ def _write_everywhere(
             _atomic.step("published")
             _atomic.step("done")
             return None
+        rewrite = getattr(fmt, "rewrite", None) if type(fmt) is DirectoryFormat else None
         _publish(
             target,
             fmt,
             overwrite,
             lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
             checked,
+            rewrite=None
+            if rewrite is None
+            else lambda spare: rewrite(spare, manifest, arrays, compression=compression, step=step),
         )
         return None
     # A single-writer format in a multi-process run: process 0 checks the path and

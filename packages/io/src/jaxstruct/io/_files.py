@@ -14,26 +14,29 @@ __all__ = ["open_noatime", "open_regular", "read_all"]
 _NOATIME = getattr(os, "O_NOATIME", 0)
 
 
-def open_noatime(path: Path, flags: int) -> int:
+def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
     """``os.open`` without updating the access time where the owner may ask for that.
 
     Reading a checkpoint should not write to it: on a ``relatime`` mount the
     first read after an export would otherwise update its files' inodes,
-    which costs a small checkpoint's load a journal handle each.
+    which costs a small checkpoint's load a journal handle each. With
+    ``dir_fd``, ``path``'s last component is opened in that directory.
     """
+    name: Path | str = path if dir_fd is None else path.name
     if _NOATIME:
         try:
-            return os.open(path, flags | _NOATIME)
+            return os.open(name, flags | _NOATIME, dir_fd=dir_fd)
         except PermissionError:  # O_NOATIME needs the file's owner (or CAP_FOWNER)
             pass
-    return os.open(path, flags)
+    return os.open(name, flags, dir_fd=dir_fd)
 
 
-def open_regular(path: Path, *, follow: bool) -> tuple[int, int]:
+def open_regular(path: Path, *, follow: bool, dir_fd: int | None = None) -> tuple[int, int]:
     """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted.
 
     ``O_NONBLOCK`` keeps a FIFO from hanging the open; ``follow=False`` refuses
-    symlinks (used for files inside a checkpoint directory).
+    symlinks (used for files inside a checkpoint directory). With ``dir_fd``
+    (a descriptor of ``path``'s directory), the file is opened in it.
 
     Raises:
         FileNotFoundError: nothing exists at ``path``.
@@ -44,7 +47,7 @@ def open_regular(path: Path, *, follow: bool) -> tuple[int, int]:
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = open_noatime(path, flags)
+        fd = open_noatime(path, flags, dir_fd)
     except FileNotFoundError:
         raise FileNotFoundError(f"{str(path)!r}: no such file") from None
     except OSError as err:
