@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jaxstruct.io as jio
@@ -50,8 +51,11 @@ def test_repeated_overwrites_reuse_the_old_files(tmp_path: Path) -> None:
     assert len(spares) == 1 and f"-{os.getpid()}-" in spares[0]
     assert os.stat(tmp_path / spares[0] / "arrays.npz").st_ino == second
     _check(path, 3)
+    before = os.stat(path).st_mtime_ns
+    time.sleep(0.05)  # past the clock tick of file timestamps
     jio.export(_value(4), path, overwrite=True)
     assert _ino(path) == second  # export 2's files, rewritten in place
+    assert os.stat(path).st_mtime_ns > before  # watchers of the directory see a change
     _check(path, 4)
     jio.export({"a": np.arange(3000.0)}, path, overwrite=True)  # another size: same files
     assert _ino(path) != second and jio.load(path)["a"].tolist() == list(range(3000))
@@ -220,3 +224,19 @@ def test_kill_during_a_rewrite_leaves_the_old_or_the_new(tmp_path: Path, kill_at
     _check(path, 5)
     _atomic.drain()
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_the_fallback_swap_keeps_no_spare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RENAME_EXCHANGE the old checkpoint goes through a *parked* name, which a
+    later export could take for a checkpoint to recover: it is never kept."""
+    real = _atomic._renameat2
+
+    def no_exchange(src: Path, dst: Path, flags: int) -> bool:
+        return False if flags == _atomic._RENAME_EXCHANGE else real(src, dst, flags)
+
+    monkeypatch.setattr(_atomic, "_renameat2", no_exchange)
+    path = tmp_path / "c"
+    for tag in (1, 2, 3, 4):
+        jio.export(_value(tag), path, overwrite=True)
+        _check(path, tag)
+        assert _spares(tmp_path) == []

@@ -366,7 +366,9 @@ def publish(
         # On success this removes the swapped-out old checkpoint; on failure the
         # half-written temporary. The target itself is never touched here.
         if old is not None and old.is_dir():
-            if rewrite is None or not _spare.keep(target, old):
+            # A parked name (the fallback swap) is never kept: after a crash the
+            # next export could take it for a checkpoint to recover.
+            if rewrite is None or _TMP not in old.name or not _spare.keep(target, old):
                 _remove_later(old)
         else:
             remove(old if old is not None else tmp)

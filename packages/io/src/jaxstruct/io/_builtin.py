@@ -160,6 +160,7 @@ class DirectoryFormat(Format):
                 view = view[os.pwrite(man_fd, view, len(manifest) - len(view)) :]
             os.ftruncate(man_fd, len(manifest))
             step("manifest-written")
+            os.utime(dirfd)  # a new checkpoint, as a fresh directory would show it
             fsync_all([npz_fd, man_fd], [dirfd], size + len(manifest))
         finally:
             release_files(dirfd, [npz_fd, man_fd])
