@@ -18,6 +18,7 @@ import jaxstruct.io as jio
 import numpy as np
 import pytest
 from jaxstruct.io import _atomic, _builtin, _spare
+from jaxstruct.registry import SerializationError
 
 pytestmark = pytest.mark.skipif(not _spare.enabled(), reason="spares need Linux write leases")
 
@@ -240,3 +241,9 @@ def test_the_fallback_swap_keeps_no_spare(tmp_path: Path, monkeypatch: pytest.Mo
         jio.export(_value(tag), path, overwrite=True)
         _check(path, tag)
         assert _spares(tmp_path) == []
+
+
+def test_an_unreadable_checkpoint_directory_is_a_clear_error(tmp_path: Path) -> None:
+    path = jio.export(_value(1), tmp_path / "c")
+    with pytest.raises(SerializationError, match="cannot be opened"):
+        _builtin.DirectoryFormat().open(path / "manifest.json", jio.Limits())

@@ -65,7 +65,12 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
     from ``path``.
     """
     for attempt in range(3):
-        dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        try:
+            dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{str(path)!r}: no such directory") from None
+        except OSError as err:
+            raise SerializationError(f"{str(path)!r}: cannot be opened ({err.strerror})") from None
         fd = size = -1
         try:
             fd, size = open_regular(path / MANIFEST, follow=False, dir_fd=dirfd)
