@@ -141,7 +141,11 @@ class _Plan:
             for d in range(len(shape))
         )
         for block_box in _blocks(shape, block, wanted):
-            parts = [(box, cut) for box in self.buffers if (cut := _intersect(block_box, box))]
+            parts = [
+                (box, cut)
+                for box in self.buffers
+                if (cut := _intersect(block_box, box)) is not None
+            ]
             if parts:  # read only the part of the block some shard needs
                 need = tuple(
                     (min(c[d][0] for _, c in parts), max(c[d][1] for _, c in parts))
