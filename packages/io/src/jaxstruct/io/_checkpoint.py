@@ -22,7 +22,7 @@ from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest, parse_manifest
 from ._plugins import current_registry
-from ._targets import placements
+from ._targets import match_target
 
 __all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
 
@@ -575,13 +575,20 @@ def _load(
         nodes = manifest["nodes"]
         if not isinstance(nodes, list):
             raise SerializationError(f"{where}: the manifest has no 'nodes' list")
-        wanted = placements(nodes, manifest["root"], table, target, where)
+        match = match_target(nodes, manifest["root"], table, target, where)
+        wanted = match.placements
         stand_ins: dict[str, Any] = {}
         if select is not None:
             stand_ins = _abstract_arrays(table, wanted)
             try:
                 skeleton = decode_state(
-                    manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
+                    manifest,
+                    table,
+                    stand_ins,
+                    resolver=resolver,
+                    limits=lim,
+                    source=where,
+                    target=match,
                 )
             except SerializationError:
                 # A converter, validator or migration of the stored classes needs real
@@ -596,7 +603,9 @@ def _load(
         opened.close()
     if stand_ins:
         arrays = {**stand_ins, **arrays}
-    value = decode_state(manifest, table, arrays, resolver=resolver, limits=lim, source=where)
+    value = decode_state(
+        manifest, table, arrays, resolver=resolver, limits=lim, source=where, target=match
+    )
     return value if select is None else select(value)
 
 

@@ -1,8 +1,10 @@
 """Rebuilding a value from a checked state dict, in one forward pass over the node table.
 
 Nothing here imports a module or touches a class unless the class was
-registered in this process, given through ``load_cls``, or lives in a module
-listed in ``allow_imports``. Every problem, including exceptions raised by
+registered in this process, given through ``load_cls``, held by the restore
+target at the same place (``_targets``), or lives in a module listed in
+``allow_imports``. Code (functions) is never stored: a ``callable`` node takes
+its value from the target. Every problem, including exceptions raised by
 user code (converters, validators, deserializers, codecs), surfaces as a
 :class:`~jaxstruct.registry.SerializationError` naming the source and the path
 of the value in the tree.
@@ -30,8 +32,10 @@ from jaxstruct.registry import (
 
 from ._dtypes import parse_dtype
 from ._encode import PATH_TYPES
+from ._foreign import imported_node_class, unflatten_node
 from ._limits import Limits
 from ._structs import build_struct, struct_fields
+from ._targets import TargetMatch
 
 __all__ = ["Resolver", "decode_state"]
 
@@ -84,10 +88,16 @@ class Resolver:
     def _importable(self, module: str) -> bool:
         return any(module == a or module.startswith(a + ".") for a in self.allow)
 
-    def resolve(self, ref: object, what: str) -> type:
+    def resolve(self, ref: object, what: str, vouched: type | None = None) -> type:
+        """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed.
+
+        ``vouched``: the class the restore target holds at this node, if any.
+        """
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
-        cls = self.overrides.get(ref) or lookup_class(ref)
+        cls = self.overrides.get(ref) or vouched or lookup_class(ref)
+        if cls is None and what == "pytree":
+            cls = imported_node_class(ref)  # registered with JAX by an imported module
         if cls is not None:
             return cls
         module = ref.partition(":")[0]
@@ -100,9 +110,10 @@ class Resolver:
             f"{what} class {ref!r} is not known to this process, and loading never imports "
             "modules on its own. Either (1) import or define the class before loading (Struct "
             "subclasses and registered pytree types are found automatically; other classes via "
-            "jaxstruct.registry.register_class_ref), (2) pass load_cls=TheClass (or "
-            f"load_cls={{{ref!r}: TheClass}}), or (3) if you trust this file, allow importing "
-            f"its module with allow_imports=[{module!r}]"
+            "jaxstruct.registry.register_class_ref), (2) pass target= holding an instance of the "
+            "class at this place in the tree (jax.eval_shape of your own constructor), (3) pass "
+            f"load_cls=TheClass (or load_cls={{{ref!r}: TheClass}}), or (4) if you trust this "
+            f"file, allow importing its module with allow_imports=[{module!r}]"
         )
 
 
@@ -152,8 +163,10 @@ class _Decoder:
         resolver: Resolver,
         limits: Limits,
         source: str,
+        target: TargetMatch | None = None,
     ) -> None:
         self.nodes = nodes
+        self.target = target if target is not None else TargetMatch({})
         self.meta = meta
         self.arrays = arrays
         self.resolver = resolver
@@ -301,6 +314,10 @@ class _Decoder:
 
     def value(self, c: int) -> Any:
         return self.out[c]
+
+    def resolve(self, i: int, ref: object, what: str) -> type:
+        """The class of node ``i``, with the target's class at that place vouched for."""
+        return self.resolver.resolve(ref, what, self.target.classes.get(i))
 
     def array(self, node: list[Any], want_jax: bool) -> Any:
         weak = want_jax and len(node) == 3 and node[2] == "weak"
@@ -493,7 +510,7 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed namedtuple node")
-    cls = d.resolver.resolve(node[1], "namedtuple")
+    cls = d.resolve(i, node[1], "namedtuple")
     if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not a namedtuple class")
     kids = d.children(i, node[2])
@@ -508,7 +525,7 @@ def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]
 def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed enum node")
-    cls = d.resolver.resolve(node[1], "enum")
+    cls = d.resolve(i, node[1], "enum")
     if not issubclass(cls, enum.Enum):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not an Enum")
     name = _str(node[2], "enum member name")
@@ -551,7 +568,7 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     ):
         raise _NodeError("malformed struct node")
     ref, stored_version, fields = node[1], node[2], node[3]
-    cls = d.resolver.resolve(ref, "struct")
+    cls = d.resolve(i, ref, "struct")
     try:
         spec = resolve_pytree_spec(cls)
     except ClassReferenceError:
@@ -561,6 +578,10 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     kids = d.children(i, list(fields.values()))
     values = {name: d.value(c) for name, c in zip(fields, kids, strict=True)}
     values = _migrate(cls, stored_version, values)
+    supplied = d.target.supplied.get(i)
+    if supplied and d.target.classes.get(i) is cls:
+        for name, value in supplied.items():
+            values.setdefault(name, value)  # a field not stored: the target's value
     return _build(cls, values, ref), kids
 
 
@@ -615,7 +636,8 @@ def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
     ]
     if missing:
         hint = (
-            " (not stored because of its serialize= policy; give it a default or serialize=True)"
+            " (not stored because of its serialize= policy; give it a default, give its value in "
+            "the restore target (target=), or declare it serialize=True)"
             if any(not specs[n].should_serialize for n in missing)
             else ""
         )
@@ -627,10 +649,12 @@ def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
 
 
 def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    if len(node) != 5 or node[2] not in ("s", "a"):
+    if len(node) != 5 or node[2] not in ("s", "a", "j"):
         raise _NodeError("malformed pytree node")
     ref, mode = node[1], node[2]
-    cls = d.resolver.resolve(ref, "pytree")
+    cls = d.resolve(i, ref, "pytree")
+    if mode == "j":
+        return _foreign_node(d, i, node, cls)
     try:
         spec = resolve_pytree_spec(cls)
     except ClassReferenceError:
@@ -654,6 +678,36 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
             f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
         )
     return value, kids
+
+
+def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:
+    """A node of a class registered with JAX only, rebuilt by its own unflatten."""
+    kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
+    aux = d.value(kids[0])
+    try:
+        value = unflatten_node(cls, aux, [d.value(c) for c in kids[1:]])
+    except TypeError as err:
+        raise _NodeError(str(err)) from None
+    if type(value) is not cls:
+        raise _NodeError(
+            f"the registered unflatten of {node[1]!r} returned {type(value).__name__}, "
+            f"not {cls.__qualname__}"
+        )
+    return value, kids
+
+
+def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed callable node")
+    name = _str(node[1], "callable name")
+    value = d.target.leaves.get(i)
+    if value is None:
+        raise _NodeError(
+            f"it was the function {name!r}, and checkpoints never store code; load with "
+            "target= holding the same structure built by your own code (jax.eval_shape of "
+            "your constructor), and the function at this place is taken from it"
+        )
+    return value, []
 
 
 def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -700,6 +754,7 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
     "prngkey": _h_prngkey,
     "struct": _h_struct,
     "pytree": _h_pytree,
+    "callable": _h_callable,
     "codec": _h_codec,
 }
 
@@ -712,12 +767,15 @@ def decode_state(
     resolver: Resolver,
     limits: Limits,
     source: str,
+    target: TargetMatch | None = None,
 ) -> Any:
-    """Rebuild the value a checked manifest describes."""
+    """Rebuild the value a checked manifest describes (``target``: what a target vouches for)."""
     nodes = manifest.get("nodes")
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
-    decoder = _Decoder(nodes, meta, arrays, resolver=resolver, limits=limits, source=source)
+    decoder = _Decoder(
+        nodes, meta, arrays, resolver=resolver, limits=limits, source=source, target=target
+    )
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
     value = decoder.run(manifest.get("root"))

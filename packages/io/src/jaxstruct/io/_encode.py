@@ -30,7 +30,11 @@ Each node is a JSON array whose first item is a tag:
                       field, ``n``/``s``/``o`` for node, static and opaque (checkpoints
                       written before it existed have no ``kinds``)
 ``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
-                      when ``payload`` came from its serializer, ``"a"`` for raw aux data
+                      when ``payload`` came from its serializer, ``"a"`` for raw aux data,
+                      ``"j"`` for a class registered with JAX only (``_foreign``): its
+                      aux data and children, rebuilt by its own unflatten
+``["callable", name]``  a function inside such a node: code is never stored, only
+                      its name for messages; a load takes it from the target
 ``["codec", name, c]``  a value stored by a registered codec
 ====================  =====================================================
 """
@@ -39,6 +43,8 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
+import inspect
 import math
 import pathlib
 import struct
@@ -58,6 +64,7 @@ from jaxstruct.registry import (
 
 from . import _gc
 from ._dtypes import dtype_name
+from ._foreign import flatten_node
 from ._limits import DEFAULT_LIMITS
 from ._structs import struct_fields
 
@@ -125,9 +132,9 @@ class _Path:
                 steps.append(f".<key {_short(arg)}>")
             elif kind == "item":
                 steps.append(f"[{_short(arg)}]")
-            elif kind == "attr":
+            elif kind in ("attr", "field"):
                 steps.append(f".{arg}")
-            else:  # "text": a literal step, or the root's name
+            else:  # "text" or "foreign": a literal step, or the root's name
                 steps.append(arg)
             node = node.parent
         return "".join(reversed(steps))
@@ -294,12 +301,29 @@ class _Encoder:
             return (lambda ch: ["codec", name, ch[0]]), [
                 (stored, _Path(path, "text", f".<{name}>"))
             ]
+        foreign = flatten_node(value)
+        if foreign is not None:
+            return self._foreign(value, path, *foreign)
+        if _is_code(value):
+            if _inside_foreign(path):
+                name = _code_name(value)
+                return (lambda ch: ["callable", name]), []
+            raise _code_error(value, path)
         raise SerializationError(
             f"cannot export the value at {path}: type {cls.__module__}.{cls.__qualname__} is not "
             "supported; make it a Struct, register it with register_pytree_type() (with a "
             "serializer), add a codec with jaxstruct.io.register_codec(), or convert it to a "
             "supported type"
         )
+
+    def _foreign(
+        self, value: Any, path: _Path, children: list[Any], aux: Any
+    ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
+        """A node of a class registered with JAX only (equinox, flax.struct, chex)."""
+        ref = class_ref(type(value))
+        items = [(aux, _Path(path, "foreign", ".<static>"))]
+        items += [(c, _Path(path, "foreign", f".<child {i}>")) for i, c in enumerate(children)]
+        return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:]]), items
 
     def _pytree(
         self, value: Any, path: _Path
@@ -314,7 +338,7 @@ class _Encoder:
             # as ``jaxstruct inspect`` that never import the class.
             kinds = "".join(f.kind.value[0] for f in stored)
             version = _struct_version(cls)
-            items = [(getattr(value, n), _Path(path, "attr", n)) for n in names]
+            items = [(getattr(value, n), _Path(path, "field", n)) for n in names]
 
             def finish_struct(ch: list[int]) -> list[Any]:
                 return ["struct", ref, version, dict(zip(names, ch, strict=True)), kinds]
@@ -335,6 +359,52 @@ class _Encoder:
         items = [(payload, _Path(path, "text", ".<payload>"))]
         items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+
+
+def _is_code(value: Any) -> bool:
+    """Whether ``value`` is a function (or a wrapped one), which checkpoints never store."""
+    return (
+        inspect.isroutine(value)
+        or isinstance(value, functools.partial)
+        or (callable(value) and hasattr(value, "__wrapped__") and not isinstance(value, type))
+    )
+
+
+def _code_name(value: Any) -> str:
+    func = getattr(value, "func", value)  # a partial names the function it wraps
+    module = getattr(func, "__module__", None) or "?"
+    return f"{module}:{getattr(func, '__qualname__', type(func).__qualname__)}"
+
+
+def _inside_foreign(path: _Path) -> bool:
+    node: _Path | None = path
+    while node is not None:
+        if node.kind == "foreign":
+            return True
+        node = node.parent
+    return False
+
+
+def _code_error(value: Any, path: _Path) -> SerializationError:
+    """The error for a function met outside other libraries' nodes: name the field to skip."""
+    field = None
+    node: _Path | None = path
+    while node is not None and field is None:
+        if node.kind == "field":
+            field = node
+        node = node.parent
+    where = (
+        f"it belongs to the struct field at {field}, so declare that field with serialize=False "
+        "(js.field(static=True, default=None, serialize=False)): it is then not stored, and "
+        "load(..., target=...) takes its value from the target"
+        if field is not None
+        else "keep code out of the exported value (export the data, and rebuild functions "
+        "from your own code), or hold it in a struct field declared with serialize=False"
+    )
+    return SerializationError(
+        f"cannot export the value at {path}: it is the function {_code_name(value)!r}, and "
+        f"checkpoints store data, never code; {where}"
+    )
 
 
 def _struct_version(cls: type) -> int:

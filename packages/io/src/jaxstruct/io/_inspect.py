@@ -125,8 +125,12 @@ def _describe(
             for (k, c), letter in zip(fields.items(), kinds, strict=True)
         ]
     if tag == "pytree":
-        kids = [("<payload>", node[3])] + [(f"<child {i}>", c) for i, c in enumerate(node[4])]
-        return f"{node[1]} (registered pytree)", kids
+        foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
+        kids = [("<static>" if foreign else "<payload>", node[3])]
+        kids += [(f"<child {i}>", c) for i, c in enumerate(node[4])]
+        return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", kids
+    if tag == "callable":
+        return f"function {node[1]} (code, not stored: a load takes it from target=)", []
     if tag == "codec":
         return f"<codec {node[1]!r}>", [("<data>", node[2])]
     if tag in ("array", "jaxarray"):

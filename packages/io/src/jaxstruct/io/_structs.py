@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["build_struct", "struct_fields"]
+__all__ = ["build_struct", "is_struct_class", "struct_fields"]
+
+
+def is_struct_class(cls: type) -> bool:
+    """Whether ``cls`` is a Struct class (registered as one; core is not imported)."""
+    from jaxstruct.registry import is_registered_pytree_type, resolve_pytree_spec
+
+    return is_registered_pytree_type(cls) and resolve_pytree_spec(cls).kind == "struct"
 
 
 def struct_fields(cls: type) -> list[Any]:

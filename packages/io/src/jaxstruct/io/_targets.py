@@ -1,4 +1,4 @@
-"""Restore targets: matching a user's target tree to the stored arrays before reading them.
+"""Restore targets: matching a user's target tree to the stored tree before reading it.
 
 A target is a tree of the stored structure whose array leaves say where each
 array goes: a ``jax.Array`` (its sharding), a ``jax.ShapeDtypeStruct`` (its
@@ -7,19 +7,60 @@ The match walks the manifest's node table and the target side by side, so
 each array's placement is known before anything is read and the format can
 read straight into it. Shapes, dtypes and structure are checked on the way;
 a mismatch names the path in the tree.
+
+The target is the user's own code's tree, so the walk also collects what it
+vouches for, place by place:
+
+- the classes: where the file names class ``"m:Q"`` at a node and the target
+  holds an instance of the class whose reference is ``"m:Q"`` at the same
+  place, the decoder uses that class for that node only (a file that names
+  the class anywhere else still meets the usual rules);
+- the fields a struct does not store (``serialize=False``, opaque fields):
+  the target's values, unless abstract (``jax.ShapeDtypeStruct`` leaves), in
+  which case the field's default applies as without a target;
+- the functions inside other libraries' pytree nodes, which the file holds
+  only by name (``callable`` nodes).
+
+The aux data of a pytree node is matched leniently: a target whose static
+data differs from the file's vouches for nothing there, and is no error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from jaxstruct.registry import SerializationError, resolve_pytree_spec
+from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
+from ._structs import is_struct_class, struct_fields
 
-__all__ = ["placements"]
+__all__ = ["TargetMatch", "match_target"]
+
+_CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
+
+
+@dataclasses.dataclass
+class TargetMatch:
+    """What a target says about a checkpoint: placements, and what it vouches for.
+
+    Attributes:
+        placements: ``array key -> placement`` for every stored array.
+        classes: ``node index -> class`` where the target holds an instance of
+            the class the file names at that node.
+        supplied: ``node index -> {field: value}``: the target's values of the
+            fields that the struct at that node does not store.
+        leaves: ``node index -> function``: the target's functions where the
+            file holds a ``callable`` node (code is never stored).
+    """
+
+    placements: dict[str, Placement]
+    classes: dict[int, type] = dataclasses.field(default_factory=dict)
+    supplied: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    leaves: dict[int, Any] = dataclasses.field(default_factory=dict)
+
 
 _ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
 _SEQUENCE_TAGS = frozenset({"list", "tuple", "set", "frozenset", "namedtuple"})
@@ -126,7 +167,7 @@ def _children_of(
             return [(None, f"{path}.{name}") for name in fields]
         out = []
         for name in fields:
-            if not hasattr(type(target), "__struct_fields__") and not hasattr(target, name):
+            if not is_struct_class(type(target)) and not hasattr(target, name):
                 raise SerializationError(
                     f"{where}: the target at {path} is {_describe(target)}, but a struct with "
                     f"field {name!r} is stored there"
@@ -141,12 +182,12 @@ def _children_of(
         return out
     if tag == "pytree":
         children = node[4]
-        labels = [(None, f"{path}.<payload>")]
         if target is None:
-            return labels + [(None, f"{path}.<child {i}>") for i in range(len(children))]
+            return [(None, f"{path}.<payload>")] + [
+                (None, f"{path}.<child {i}>") for i in range(len(children))
+            ]
         try:
-            flat, _ = resolve_pytree_spec(type(target)).flatten(target)
-            flat = list(flat)
+            aux, flat = _pytree_parts(target, node[2])
         except Exception:
             raise SerializationError(
                 f"{where}: the target at {path} is {_describe(target)}, which is not the "
@@ -157,6 +198,7 @@ def _children_of(
                 f"{where}: the target at {path} has {len(flat)} children, but "
                 f"{len(children)} are stored there"
             )
+        labels = [(aux, f"{path}.<payload>")]
         return labels + [(t, f"{path}.<child {i}>") for i, t in enumerate(flat)]
     if tag == "codec":
         return [(None, f"{path}.<{node[1]}>")]
@@ -178,10 +220,69 @@ def _child_indices(node: list[Any]) -> list[Any]:
     return []
 
 
-def placements(
+def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
+    """``(aux data or None, children)`` of a pytree value, as its stored node lists them.
+
+    The aux data is matched against the stored payload when the payload is the
+    aux data itself (modes ``"a"`` and ``"j"``), not a serializer's output.
+    """
+    if mode == "j":  # registered with JAX only: its own flatten, one level
+        from ._foreign import flatten_node
+
+        flat = flatten_node(target)
+        if flat is None:
+            raise TypeError("not a pytree node")
+        return flat[1], list(flat[0])
+    from jaxstruct.registry import resolve_pytree_spec
+
+    children, aux = resolve_pytree_spec(type(target)).flatten(target)
+    return (aux if mode == "a" else None), list(children)
+
+
+def _ref_of(cls: type) -> str | None:
+    try:
+        return class_ref(cls)
+    except (ClassReferenceError, TypeError, AttributeError):
+        return None
+
+
+def _is_abstract(value: Any) -> bool:
+    import jax
+
+    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value))
+
+
+def _unstored_values(target: Any) -> dict[str, Any]:
+    """The target struct's values of the fields its class does not store (none abstract)."""
+    out = {}
+    for spec in struct_fields(type(target)):
+        if spec.should_serialize or spec.is_derived:
+            continue
+        value = getattr(target, spec.name)
+        if not _is_abstract(value):
+            out[spec.name] = value
+    return out
+
+
+def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
+    """Record the class (and unstored fields) ``sub`` vouches for at node ``index``."""
+    ref = node[1] if len(node) > 1 else None
+    if not isinstance(ref, str) or sub is None:
+        return
+    cls = type(sub)
+    if _ref_of(cls) != ref:
+        return
+    match.classes[index] = cls
+    if node[0] == "struct" and is_struct_class(cls):
+        supplied = _unstored_values(sub)
+        if supplied:
+            match.supplied[index] = supplied
+
+
+def match_target(
     nodes: list[Any], root: object, table: Mapping[str, ArraySpec], target: Any, where: str
-) -> dict[str, Placement]:
-    """Return ``key -> placement`` for every stored array, matched against ``target``.
+) -> TargetMatch:
+    """Match ``target`` against the stored tree: placements, and what the target vouches for.
 
     Args:
         nodes: the manifest's node table (already checked to be a list).
@@ -195,14 +296,15 @@ def placements(
             match what is stored; the message names the path.
     """
     out: dict[str, Placement] = dict.fromkeys(table)
+    match = TargetMatch(out)
     if target is None:
-        return out
+        return match
     if type(root) is not int or not 0 <= root < len(nodes):
-        return out  # the decoder reports the malformed manifest
-    stack: list[tuple[int, Any, str]] = [(root, target, "root")]
+        return match  # the decoder reports the malformed manifest
+    stack: list[tuple[int, Any, str, bool]] = [(root, target, "root", True)]
     visited = bytearray(len(nodes))
     while stack:
-        index, sub, path = stack.pop()
+        index, sub, path, strict = stack.pop()
         if visited[index]:
             continue  # a node with two parents: malformed, and the decoder says so
         visited[index] = 1
@@ -218,13 +320,24 @@ def placements(
                 continue
             if sub is None:
                 continue
+            if node[0] == "callable":
+                if callable(sub) and not isinstance(sub, type):
+                    match.leaves[index] = sub
+                continue
+            if node[0] in _CLASS_TAGS:
+                _vouch(match, index, node, sub)
             pairs = _children_of(sub, node, nodes, path, where)
             kids = _child_indices(node)
         except (IndexError, TypeError, AttributeError, KeyError):
             continue  # malformed: the decoder names it
+        except SerializationError:
+            if strict:
+                raise
+            continue  # aux data the target holds otherwise: it vouches for nothing there
+        lenient = node[0] == "pytree" and len(node) > 2 and node[2] != "s"
         if len(pairs) != len(kids):
             continue
-        for child, (t, child_path) in zip(kids, pairs, strict=True):
+        for n, (child, (t, child_path)) in enumerate(zip(kids, pairs, strict=True)):
             if type(child) is int and 0 <= child < index:
-                stack.append((child, t, child_path))
-    return out
+                stack.append((child, t, child_path, strict and not (lenient and n == 0)))
+    return match
