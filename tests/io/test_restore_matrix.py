@@ -118,7 +118,8 @@ def _bits(a: jax.Array) -> tuple[str, tuple[int, ...], bytes]:
         data = np.asarray(jax.random.key_data(a))
         return f"key<{impl}>", a.shape, data.tobytes()
     host = np.asarray(a)
-    return str(host.dtype), host.shape, host.tobytes()
+    weak = " (weak)" if a.weak_type else ""  # a weak scalar must not come back strong
+    return f"{host.dtype}{weak}", host.shape, host.tobytes()
 
 
 def _check(state: dict[str, Any], back: Any, kind: str, target: Any) -> None:
@@ -143,13 +144,19 @@ def _roundtrip(fmt: str, state: dict[str, Any], path: Path) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
 def test_replicated_scalars_of_every_dtype(fmt: str, mesh_name: str, tmp_path: Path) -> None:
-    """0-d arrays of every dtype and a scalar key, replicated: each target kind gets the bits.
+    """0-d arrays of every dtype, a key and weak scalars: each target kind gets the bits.
 
-    (The orbax format once read nothing into a 0-d target and returned garbage.)
+    (The orbax format once read nothing into a 0-d target and returned garbage,
+    and every format returned a weakly typed array strong when it had a target.)
     """
     state = {f"s{i}": _leaf(str(d), (), mesh_name, False, i) for i, d in enumerate(DTYPES)}
     state["step"] = jax.device_put(jnp.array(20, jnp.int32), NamedSharding(_mesh(mesh_name), P()))
     state["key"] = _leaf("key", (), mesh_name, False, 7)
+    replicated = NamedSharding(_mesh(mesh_name), P())
+    state["lr"] = jax.device_put(jnp.asarray(0.1), replicated)  # weakly typed, as jnp makes it
+    state["count"] = jax.device_put(jnp.asarray(3), replicated)
+    state["ramp"] = jax.device_put(jax.lax.broadcast(jnp.asarray(2.5), (8,)), replicated)
+    assert state["lr"].weak_type and state["count"].weak_type and state["ramp"].weak_type
     _roundtrip(fmt, state, tmp_path / f"ck{SUFFIX[fmt]}")
 
 

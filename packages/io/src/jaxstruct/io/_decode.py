@@ -327,6 +327,9 @@ class _Decoder:
         if not isinstance(arr, np.ndarray):
             # Already placed on devices by a restore target, or left unread by a
             # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
+            if weak and not getattr(arr, "weak_type", True):
+                restored = _weakly_typed(arr)  # as weak as it was saved, where it was put
+                return arr if restored is None else restored
             return arr
         if not want_jax:
             return arr
@@ -385,14 +388,20 @@ def _too_wide(arr: np.ndarray) -> bool:
     return wide and arr.dtype.kind in "iufc" and not jax.config.read("jax_enable_x64")
 
 
-def _weakly_typed(arr: np.ndarray) -> Any:
-    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't."""
+def _weakly_typed(arr: Any) -> Any:
+    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't.
+
+    ``arr`` is a host array, or a ``jax.Array`` already placed by a restore
+    target: the result keeps its sharding.
+    """
     import jax
 
     out: Any
     if arr.ndim == 0:
         # The public way: a Python scalar becomes a weakly typed array.
         out = jax.numpy.asarray(arr.item())
+        if isinstance(arr, jax.Array):
+            out = jax.device_put(out, arr.sharding)
     else:
         try:  # JAX has no public constructor for weakly typed arrays with a shape
             from jax._src.lax.lax import _convert_element_type

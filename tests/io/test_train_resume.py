@@ -1,0 +1,110 @@
+"""examples/train_resume.py, run as a user runs it: killed during a save, then resumed.
+
+Each scenario trains in a fresh process, is killed with SIGKILL right after it
+says it saves step 30 (saves are asynchronous: 20's or 30's is in flight), and
+is run again with the same command: it must resume at the newest complete step
+and finish with a state bit-identical to an uninterrupted run's (issue 20).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jaxstruct.io as jio
+import numpy as np
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_resume.py"
+TIMEOUT = 240
+FINAL = 50
+SCENARIOS = [("mlp", "directory"), ("mlp", "orbax"), ("equinox", "orbax"), ("flax", "directory")]
+
+
+def _run(args: list[str]) -> str:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the example asks for its 8 devices itself
+    return env
+
+
+def _run_until_killed(args: list[str], line: str) -> list[str]:
+    """Start the example, SIGKILL it as soon as it prints ``line``; return what it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+    )
+    seen: list[str] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        assert proc.stdout is not None
+        for text in proc.stdout:
+            seen.append(text.strip())
+            if text.strip() == line:
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert time.monotonic() < deadline, f"no {line!r} in time: {seen}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert line in seen, seen
+    return seen
+
+
+def _checkpoint_bits(path: Path) -> tuple[object, dict[str, bytes]]:
+    """A directory checkpoint's manifest and the bytes of each of its arrays."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    with np.load(path / "arrays.npz") as arrays:
+        return manifest, {name: arrays[name].tobytes() for name in arrays.files}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The final state of an uninterrupted run of each model."""
+    root = tmp_path_factory.mktemp("reference")
+    out = {}
+    for model in sorted({m for m, _ in SCENARIOS}):
+        dump = root / f"{model}_final"
+        _run([str(root / model), "--model", model, "--steps", str(FINAL), "--dump", str(dump)])
+        out[model] = dump
+    return out
+
+
+@pytest.mark.parametrize(("model", "fmt"), SCENARIOS, ids=[f"{m}-{f}" for m, f in SCENARIOS])
+def test_killed_during_a_save_resumes_bit_exactly(
+    model: str, fmt: str, tmp_path: Path, reference: dict[str, Path]
+) -> None:
+    """The resumed run starts at the newest complete step and ends where an unbroken one does."""
+    run = tmp_path / "run"
+    common = [str(run), "--model", model, "--format", fmt]
+    _run_until_killed([*common, "--steps", "100000"], "saving step 30")
+    # The saves of 20 and 30 may both have been in flight (a save waits for the one before).
+    complete = jio.CheckpointManager(run, format=fmt).all_steps()
+    assert complete and complete[-1] in (10, 20, 30), complete
+    dump = tmp_path / "final"
+    out = _run([*common, "--steps", str(FINAL), "--dump", str(dump)])
+    assert out.splitlines()[0] == f"resumed at step {complete[-1]}", out
+    assert f"done at step {FINAL}" in out
+    assert _checkpoint_bits(dump) == _checkpoint_bits(reference[model])
