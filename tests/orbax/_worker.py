@@ -134,6 +134,114 @@ def task_save_restore(directory: str) -> None:
         raise AssertionError("the zip format accepted an array process 0 does not hold")
 
 
+def _matrix_leaves() -> dict[str, object]:
+    """Host values of the 2-process restore matrix: 0-d to 2-d, dtypes, keys, weak scalars."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return {
+        "step": np.array(20, np.int32),
+        "f32": np.array(-2.5, np.float32),
+        "bf16": np.array(1.5, jnp.bfloat16),
+        "i8": np.array(-7, np.int8),
+        "u32": np.array(4_000_000_000, np.uint32),
+        "flag": np.array(True),
+        "c64": np.array(1 - 2j, np.complex64),
+        "vec": rng.standard_normal(16).astype(np.float32),
+        "odd": rng.standard_normal(7).astype(np.float16),
+        "mat": rng.standard_normal((8, 4)).astype(jnp.bfloat16),
+        "imat": rng.integers(-100, 100, (6, 3)).astype(np.int8),
+    }
+
+
+def _put(host: object, sharding: object) -> jax.Array:
+    import numpy as np
+
+    arr = np.asarray(host)
+    return jax.make_array_from_callback(arr.shape, sharding, lambda i: arr[i])  # type: ignore[arg-type]
+
+
+def _matrix_spec(shape: tuple[int, ...], axes: tuple[str, ...], sizes: tuple[int, ...]) -> object:
+    from jax.sharding import PartitionSpec as P
+
+    spec: list[str | None] = []
+    free = list(zip(axes, sizes, strict=True))
+    for n in shape:
+        pick = next(((a, k) for a, k in free if n % k == 0), None)
+        spec.append(pick[0] if pick else None)
+        if pick:
+            free.remove(pick)
+    return P(*spec)
+
+
+def _same_bits(got: jax.Array, host: object, weak: bool) -> None:
+    import numpy as np
+
+    expected = np.asarray(host)
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (got, expected)
+    assert got.weak_type == weak, (got, weak)
+    for shard in got.addressable_shards:
+        assert np.asarray(shard.data).tobytes() == expected[shard.index].tobytes(), shard.index
+
+
+def task_restore_matrix(directory: str) -> None:
+    """Across 2 processes: every leaf kind, replicated and sharded, into every target kind."""
+    import jax.numpy as jnp
+    import jaxstruct.io as jio
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    meshes = {"1d": jax.make_mesh((8,), ("x",)), "2d": jax.make_mesh((2, 4), ("a", "b"))}
+    other = jax.make_mesh((4, 2), ("p", "q"))
+    hosts = _matrix_leaves()
+    key_data = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(3), 8)))
+    for name, mesh in meshes.items():
+        axes, sizes = mesh.axis_names, tuple(mesh.shape.values())
+        state: dict[str, object] = {}
+        for leaf, host in hosts.items():
+            shape = np.shape(host)
+            state[leaf + "_rep"] = _put(host, NamedSharding(mesh, P()))
+            state[leaf + "_shd"] = _put(host, NamedSharding(mesh, _matrix_spec(shape, axes, sizes)))
+        key_axis = axes[-1] if name == "1d" else None
+        data = _put(key_data, NamedSharding(mesh, P(key_axis, None)))
+        state["keys"] = jax.random.wrap_key_data(data)
+        one = np.asarray(jax.random.key_data(jax.random.key(9)))
+        state["key"] = jax.random.wrap_key_data(_put(one, NamedSharding(mesh, P())))
+        make_lr = jax.jit(lambda: jnp.asarray(0.1), out_shardings=NamedSharding(mesh, P()))
+        state["lr"] = make_lr()
+        assert state["lr"].weak_type
+        path = os.path.join(directory, f"matrix_{name}")
+        jio.export(state, path, format="orbax")
+        abstract = {
+            k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding)  # type: ignore[attr-defined]
+            for k, v in state.items()
+        }
+        resharded = {
+            k: jax.ShapeDtypeStruct(
+                v.shape,  # type: ignore[attr-defined]
+                v.dtype,  # type: ignore[attr-defined]
+                sharding=NamedSharding(other, _matrix_spec(v.shape, ("p", "q"), (4, 2))),  # type: ignore[attr-defined]
+            )
+            for k, v in state.items()
+        }
+        for target in (state, abstract, resharded):
+            back = jio.load(path, target=target)
+            for leaf, host in hosts.items():
+                for suffix in ("_rep", "_shd"):
+                    got = back[leaf + suffix]
+                    _same_bits(got, host, weak=False)
+                    assert got.sharding.is_equivalent_to(target[leaf + suffix].sharding, got.ndim)  # type: ignore[attr-defined]
+            for k in ("keys", "key"):
+                _same_bits(
+                    jax.random.key_data(back[k]),
+                    key_data if k == "keys" else np.asarray(jax.random.key_data(jax.random.key(9))),
+                    weak=False,
+                )
+            _same_bits(back["lr"], np.float32(0.1), weak=True)
+
+
 def task_kill_mid_save(directory: str) -> None:
     """Save step 1, then start step 2; process 1 dies by SIGKILL in the middle."""
     import signal

@@ -123,6 +123,13 @@ def test_two_process_checkpoint_restores_anywhere(tmp_path: Path) -> None:
     _restore_with_one_device(saved)
 
 
+def test_two_process_restore_matrix(tmp_path: Path) -> None:
+    """Saved and restored by 2 processes: 0-d to 2-d, every dtype, keys, weak scalars, exact."""
+    results = _finish(_start("restore_matrix", tmp_path))
+    for i, (code, out, err) in enumerate(results):
+        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
+
+
 def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> None:
     """SIGKILL of one process during a 2-process save leaves the previous step loadable."""
     procs = _start("kill_mid_save", tmp_path)
