@@ -43,7 +43,22 @@ WITHOUT_ORBAX = os.environ.get("JAXSTRUCT_TEST_WITHOUT_ORBAX") == "1"
 collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
 
 
+# The peers whose behaviour the docs describe (flax, equinox: the `bench` dependency
+# group). Their tests skip where they are not installed (the lowest-versions runs);
+# scripts/test.sh says JAXSTRUCT_TEST_PEERS=1 for the runs at uv.lock's versions,
+# where a missing peer is an error instead of a silent skip.
+PEERS = ("flax", "equinox")
+REQUIRE_PEERS = os.environ.get("JAXSTRUCT_TEST_PEERS") == "1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    missing = [name for name in PEERS if importlib.util.find_spec(name) is None]
+    if REQUIRE_PEERS and missing:
+        raise pytest.UsageError(
+            f"JAXSTRUCT_TEST_PEERS=1 runs the tests against {', '.join(PEERS)}, but "
+            f"{', '.join(missing)} is not installed: sync with `uv sync --frozen --all-packages "
+            "--group bench`, or unset JAXSTRUCT_TEST_PEERS to skip those tests"
+        )
     if WITHOUT_ORBAX and importlib.util.find_spec("jaxstruct.orbax") is not None:
         raise pytest.UsageError(
             "JAXSTRUCT_TEST_WITHOUT_ORBAX=1 skips the orbax tests, but jaxstruct.orbax is "

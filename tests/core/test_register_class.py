@@ -164,7 +164,7 @@ def test_registering_a_struct_again_returns_it() -> None:
 
 def test_registering_a_struct_again_with_options_is_an_error() -> None:
     """register_class(name=..., kw_only=True) cannot change a struct class: a TypeError."""
-    with pytest.raises(TypeError, match="already a Struct.*class keyword"):
+    with pytest.raises(TypeError, match=r"already a Struct.*class keyword"):
         js.register_class(name="Other")(Params)
     with pytest.raises(TypeError, match="already a Struct"):
         js.register_class(kw_only=True)(Params)
