@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import jax
@@ -80,7 +81,30 @@ def _needs_orbax(item: pytest.Item) -> str | None:
     return None
 
 
+_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox)\b", re.M)
+
+
+def _needs_missing_peer(item: pytest.Item) -> str | None:
+    """Why a docs page ``item`` runs cannot run here (it imports a missing peer), or ``None``."""
+    params = getattr(item, "callspec", None)
+    page = params.params.get("page") if params is not None else None
+    if getattr(item, "originalname", "") != "test_doc_page_examples_run":
+        return None
+    if not isinstance(page, Path):
+        return None
+    for name in _PEER_IMPORT.findall(page.read_text("utf-8")):
+        if importlib.util.find_spec(name) is None:
+            return f"{page.name} imports {name}, which is not installed in this run"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not REQUIRE_PEERS:
+        # The test modules of the peers skip themselves (pytest.importorskip).
+        for item in items:
+            reason = _needs_missing_peer(item)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
     if not WITHOUT_ORBAX:
         return
     for item in items:

@@ -155,3 +155,37 @@ def test_register_dataclass_calls_the_class_on_unflatten() -> None:
     jax.tree_util.register_dataclass(D, data_fields=["x"], meta_fields=[])
     jax.tree.map(lambda v: v, D(1))
     assert len(calls) == 2, jax.__version__
+
+
+def test_the_nnx_tab_of_the_guide_runs() -> None:
+    """docs/coming-from.md's NNX tab (shown, not run by the docs runner) is current API."""
+    optax = pytest.importorskip("optax")
+    model = nnx.Linear(3, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model: Any, optimizer: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+    x, y = jnp.ones((8, 3)), jnp.zeros((8, 1))
+    assert float(train_step(model, optimizer, x, y)) > float(train_step(model, optimizer, x, y))
+
+
+def test_orbax_still_has_the_standard_checkpointer() -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    assert callable(ocp.StandardCheckpointer)
+
+
+def test_jaxstruct_converts_before_post_init() -> None:
+    seen = []
+
+    class S(js.Struct):
+        x: float = js.field(converter=float)
+
+        def __post_init__(self) -> None:
+            seen.append(type(self.x))
+
+    S(1)
+    assert seen == [float]
