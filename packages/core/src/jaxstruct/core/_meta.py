@@ -102,7 +102,7 @@ def _fail(cls_name: str, message: str) -> StructDefinitionError:
     return StructDefinitionError(f"{cls_name}: {message}")
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field))
 class StructMeta(abc.ABCMeta):
     """Metaclass of :class:`Struct`: collects fields, checks the declaration, registers the pytree.
 

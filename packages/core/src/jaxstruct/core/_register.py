@@ -57,7 +57,7 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
 def register_class(cls: T, /) -> T: ...
 @overload
 def register_class(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
-@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field))
 def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
     """Promote an existing class to a :class:`Struct` (decorator or direct call).
 
@@ -159,7 +159,9 @@ if TYPE_CHECKING:
     def dataclass(cls: T, /) -> T: ...
     @overload
     def dataclass(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
-    @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+    @dataclass_transform(
+        frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field)
+    )
     def dataclass(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
         """Alias of :func:`register_class`."""
 
