@@ -94,7 +94,7 @@ def _needs_missing_peer(item: pytest.Item) -> str | None:
         return None
     for name in _PEER_IMPORT.findall(page.read_text("utf-8")):
         if importlib.util.find_spec(name) is None:
-            return f"{page.name} imports {name}, which is not installed in this run"
+            return f"{page.name} has an import of {name}, which is not installed in this run"
     return None
 
 
