@@ -164,3 +164,16 @@ def test_stdlib_dataclass_on_a_struct_subclass_says_to_drop_it(decorator) -> Non
     message = str(info.value)
     assert ".<locals>.Custom: " in message and f"{__name__}.Base" in message
     assert "drop the decorator" in message
+
+
+def test_redeclaration_replacing_the_converter_needs_override() -> None:
+    validator = Base.fields()["scale"].validator
+    with pytest.raises(js.StructDefinitionError, match="replaces the parent's converter"):
+
+        class Child(Base):
+            scale: float = js.field(default=2.0, converter=abs, validator=validator)
+
+    class Deliberate(Base):
+        scale: float = js.field(default=2.0, converter=abs, validator=validator, override=True)
+
+    assert Deliberate(time=0, scale=-3).scale == 3

@@ -441,11 +441,8 @@ def _redeclaration_problem(parent: FieldSpec, spec: FieldSpec) -> str | None:
     if spec.kind is not parent.kind:
         return f"it turns {_KIND_WORDS[parent.kind]} into {_KIND_WORDS[spec.kind]}"
     if parent.converter is not None and spec.converter is not parent.converter:
-        return (
-            "it drops the parent's converter"
-            if spec.converter is None
-            else ("it replaces the parent's converter")
-        )
+        verb = "drops" if spec.converter is None else "replaces"
+        return f"it {verb} the parent's converter"
     if any(v not in spec.validators for v in parent.validators):
         return "it drops the parent's validator(s)"
     if spec.derived is not parent.derived:
