@@ -189,3 +189,29 @@ def test_jaxstruct_converts_before_post_init() -> None:
 
     S(1)
     assert seen == [float]
+
+
+def test_nnx_modules_are_pytrees_and_graphdefs_are_hashable() -> None:
+    assert issubclass(nnx.Module, nnx.Pytree)
+    graphdef, _ = nnx.split(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+    assert hash(graphdef) == hash(nnx.split(nnx.Linear(2, 2, rngs=nnx.Rngs(1)))[0])
+
+    @nnx.dataclass
+    class Config(nnx.Pytree):
+        w: jax.Array = nnx.data()
+        n: int = nnx.static()
+
+    assert jax.tree.leaves(Config(w=jnp.ones(2), n=3))[0].shape == (2,)
+    assert len(jax.tree.leaves(Config(w=jnp.ones(2), n=3))) == 1
+
+
+def test_flax_struct_raises_a_value_error_for_a_foreign_state_dict() -> None:
+    """coming-from.md: jaxstruct's SerializationError is a ValueError, as flax's error is."""
+    from flax import serialization, struct
+
+    @struct.dataclass
+    class F:
+        x: Any
+
+    with pytest.raises(ValueError, match="Missing field"):
+        serialization.from_state_dict(F(x=1), {})
