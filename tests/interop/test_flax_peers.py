@@ -121,9 +121,20 @@ def test_a_class_registered_with_flax_by_hand_keeps_its_functions() -> None:
     assert serialization.to_state_dict(Own(x=1)) == {"mine": 1}
 
 
+def _run_ok(code: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_registration_is_lazy_and_independent_of_import_order() -> None:
     """jaxstruct never imports flax; classes defined before flax's import are registered."""
-    code = textwrap.dedent(
+    _run_ok(
         """
         import sys
         import jaxstruct.core as js
@@ -139,11 +150,16 @@ def test_registration_is_lazy_and_independent_of_import_order() -> None:
         assert back == Late(e=Early(x=3, n=5)), back
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+
+
+def test_registration_when_flax_is_imported_first() -> None:
+    _run_ok(
+        """
+        from flax import serialization
+        import jaxstruct.core as js
+        class P(js.Struct):
+            x: object
+        assert serialization.is_serializable(P)
+        assert serialization.to_state_dict(P(x=1)) == {"x": 1}
+        """
     )
-    assert result.returncode == 0, result.stderr

@@ -15,7 +15,6 @@ at once the moment it finishes importing otherwise.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -32,6 +31,9 @@ MODULE = "flax.serialization"
 _lock = threading.RLock()
 #: Struct classes waiting for flax.serialization's import.
 _pending: dict[type, PytreeSpec] = {}
+#: flax.serialization once it has finished importing (classes defined from then
+#: on are registered at once).
+_module: ModuleType | None = None
 
 
 def _path(serialization: ModuleType) -> str:
@@ -88,26 +90,29 @@ def _register(serialization: ModuleType, spec: PytreeSpec) -> None:
 def _on_spec(spec: PytreeSpec) -> None:
     if spec.kind != "struct":
         return  # foreign pytree types keep whatever flax does with them
-    serialization = sys.modules.get(MODULE)
-    if serialization is None:  # the common case: one dict lookup per class
+    if _module is None:  # the common case (flax not imported): one global read
         with _lock:
-            _pending[spec.cls] = spec
-        return
-    _register(serialization, spec)
+            if _module is None:
+                _pending[spec.cls] = spec
+                return
+    assert _module is not None
+    _register(_module, spec)
 
 
 def _on_imported(serialization: ModuleType) -> None:
+    """Register every class defined so far, once flax.serialization has fully executed."""
+    global _module
     with _lock:
         specs = list(_pending.values())
         _pending.clear()
+        _module = serialization
     for spec in specs:
         _register(serialization, spec)
 
 
 def install() -> None:
     """Start listening (called once when ``jaxstruct.core`` is imported)."""
-    if MODULE not in sys.modules:
-        when_imported(MODULE, _on_imported)
+    when_imported(MODULE, _on_imported)  # at once if flax.serialization is loaded
     add_registration_listener(_on_spec)
 
 
