@@ -215,3 +215,37 @@ def test_flax_struct_raises_a_value_error_for_a_foreign_state_dict() -> None:
 
     with pytest.raises(ValueError, match="Missing field"):
         serialization.from_state_dict(F(x=1), {})
+
+
+def test_peers_accept_a_redeclared_default_and_keep_the_position() -> None:
+    """coming-from.md: dataclasses, flax.struct and equinox accept a redeclared default."""
+    import dataclasses
+
+    from flax import struct
+
+    class EBase(eqx.Module):
+        a: int = 1
+        b: int = 2
+
+    class EChild(EBase):
+        a: int = 5
+
+    @struct.dataclass
+    class FBase:
+        a: int = 1
+        b: int = 2
+
+    @struct.dataclass
+    class FChild(FBase):
+        a: int = 5
+
+    class JBase(js.Struct):
+        a: int = 1
+        b: int = 2
+
+    class JChild(JBase):
+        a: int = 5
+
+    for cls in (EChild, FChild, JChild):
+        assert [f.name for f in dataclasses.fields(cls)] == ["a", "b"], cls
+        assert cls().a == 5, cls
