@@ -68,7 +68,9 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
     A stdlib dataclass keeps its fields, options and InitVar pseudo-fields (and its own
     ``__init__`` when declared with ``init=False``). Field metadata
     ``{"static": True}`` (equinox) or ``{"pytree_node": False}`` (flax, optree)
-    makes a field static.
+    makes a field static. A struct class (a subclass of a struct, decorated as
+    code written for dataclasses is) is returned as it is: its fields were
+    collected when it was defined.
 
     Args:
         cls: the class to promote.
