@@ -494,6 +494,19 @@ def _floor_table(res: CellResult) -> str:
     return _table(["class", "stores fields with", "time", f"ratio to {BASE}"], rows)
 
 
+def _peer_versions() -> str:
+    """The versions of the peers measured against (flax, equinox), as "name X.Y, ..." text."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("flax", "equinox"):
+        try:
+            found.append(f"{name} {version(name)}, ")
+        except PackageNotFoundError:
+            found.append(f"{name} not installed, ")
+    return "".join(found)
+
+
 def render(report: Report) -> str:
     """Return the whole report as Markdown."""
     s = report.settings
@@ -501,7 +514,8 @@ def render(report: Report) -> str:
     parts = [
         "## jaxstruct.core benchmark",
         "",
-        f"jax {jax.__version__}, Python {sys.version.split()[0]}; {s.rounds} interleaved rounds, "
+        f"jax {jax.__version__}, {_peer_versions()}Python {sys.version.split()[0]}; "
+        f"{s.rounds} interleaved rounds, "
         f"each keeping the best of {s.repeats} measurements of ~{s.target * 1e3:.1f} ms per "
         "variant; ratios are medians of per-round ratios "
         f"(min-max across rounds). Run took {report.seconds:.0f} s; load average "

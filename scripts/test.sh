@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite. Run from the repository root:
-#     uv run --frozen --all-packages bash scripts/test.sh [pytest arguments]
+#     uv run --frozen --all-packages --group bench bash scripts/test.sh [pytest arguments]
+#
+# (--group bench installs flax and equinox: the tests of what the docs say about
+# them run against them, and fail rather than skip when they are missing here.)
 #
 # 1. ruff format --check, ruff check, pyright, pytest (with the docs' and
 #    docstrings' examples) and a strict docs build, on the current interpreter;
@@ -78,6 +81,9 @@ for version in $SUPPORTED_PYTHONS $LOWEST_PYTHONS $LOWEST_CORE_PYTHONS; do
     fi
 done
 
+# The runs at uv.lock's versions have the peers (flax, equinox) installed and must
+# run their tests; the lowest-versions runs below do not install them.
+export JAXSTRUCT_TEST_PEERS=1
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
 step "pyright" pyright
@@ -90,7 +96,7 @@ for version in $SUPPORTED_PYTHONS; do
     venv="$ROOT/.venvs/py$version"
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
-        uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
+        uv sync --frozen --all-packages --group bench --quiet --python "${PYTHON_AT[$version]}"
     step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "$@"
 done
 
@@ -158,6 +164,7 @@ lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and py
 }
 
 PYTEST_ARGS=("$@")
+unset JAXSTRUCT_TEST_PEERS
 lowest_run "$ROOT/.venvs/lowest" "lowest-direct" $LOWEST_PYTHONS
 # Without jaxstruct-orbax installed, tests/conftest.py skips the orbax tests (by
 # name) only when JAXSTRUCT_TEST_WITHOUT_ORBAX=1, and fails if it is installed.

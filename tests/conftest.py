@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import jax
@@ -43,7 +44,22 @@ WITHOUT_ORBAX = os.environ.get("JAXSTRUCT_TEST_WITHOUT_ORBAX") == "1"
 collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
 
 
+# The peers whose behaviour the docs describe (flax, equinox: the `bench` dependency
+# group). Their tests skip where they are not installed (the lowest-versions runs);
+# scripts/test.sh says JAXSTRUCT_TEST_PEERS=1 for the runs at uv.lock's versions,
+# where a missing peer is an error instead of a silent skip.
+PEERS = ("flax", "equinox")
+REQUIRE_PEERS = os.environ.get("JAXSTRUCT_TEST_PEERS") == "1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    missing = [name for name in PEERS if importlib.util.find_spec(name) is None]
+    if REQUIRE_PEERS and missing:
+        raise pytest.UsageError(
+            f"JAXSTRUCT_TEST_PEERS=1 runs the tests against {', '.join(PEERS)}, but "
+            f"{', '.join(missing)} is not installed: sync with `uv sync --frozen --all-packages "
+            "--group bench`, or unset JAXSTRUCT_TEST_PEERS to skip those tests"
+        )
     if WITHOUT_ORBAX and importlib.util.find_spec("jaxstruct.orbax") is not None:
         raise pytest.UsageError(
             "JAXSTRUCT_TEST_WITHOUT_ORBAX=1 skips the orbax tests, but jaxstruct.orbax is "
@@ -65,7 +81,30 @@ def _needs_orbax(item: pytest.Item) -> str | None:
     return None
 
 
+_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox)\b", re.M)
+
+
+def _needs_missing_peer(item: pytest.Item) -> str | None:
+    """Why a docs page ``item`` runs cannot run here (it imports a missing peer), or ``None``."""
+    params = getattr(item, "callspec", None)
+    page = params.params.get("page") if params is not None else None
+    if getattr(item, "originalname", "") != "test_doc_page_examples_run":
+        return None
+    if not isinstance(page, Path):
+        return None
+    for name in _PEER_IMPORT.findall(page.read_text("utf-8")):
+        if importlib.util.find_spec(name) is None:
+            return f"{page.name} has an import of {name}, which is not installed in this run"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not REQUIRE_PEERS:
+        # The test modules of the peers skip themselves (pytest.importorskip).
+        for item in items:
+            reason = _needs_missing_peer(item)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
     if not WITHOUT_ORBAX:
         return
     for item in items:

@@ -1,5 +1,6 @@
 """Code that type checkers must accept: Struct subclasses are frozen dataclass-like classes."""
 
+import dataclasses
 from typing import ClassVar, assert_type
 
 import jax.numpy as jnp
@@ -63,3 +64,16 @@ class MyConfig:
 
 
 assert_type(MyConfig(lr=0.1).lr, float)
+
+
+class Ported(js.Struct):
+    """Declared with the stdlib dataclasses.field, as code ported from flax.struct is."""
+
+    torques: list[float] = dataclasses.field(default_factory=list)
+    n_links: int = dataclasses.field(default=2, metadata={"pytree_node": False})
+    cache: int = dataclasses.field(default=0, init=False)
+
+
+ported = Ported()
+ported = Ported(torques=[1.0], n_links=3)
+assert_type(ported.n_links, int)

@@ -1,5 +1,7 @@
 """Code that type checkers must reject; each offending line ends with ``# expected-error``."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import jaxstruct.core as js
 
@@ -44,3 +46,12 @@ class MyConfig:
 
 
 MyConfig(lr="fast")  # expected-error
+
+
+class Ported(js.Struct):
+    cache: int = dataclasses.field(default=0, init=False)
+    n_links: int = dataclasses.field(default=2, metadata={"pytree_node": False})
+
+
+Ported(cache=1)  # expected-error
+Ported(n_links="2")  # expected-error

@@ -156,10 +156,18 @@ def test_stdlib_dataclass_keeps_fields_and_options() -> None:
     assert (p.x, p.y) == (1, []) and "z=" not in repr(p)
 
 
-def test_registering_a_struct_again_is_an_error() -> None:
-    """register_class on a Struct subclass is a TypeError."""
+def test_registering_a_struct_again_returns_it() -> None:
+    """register_class on a struct class returns it unchanged (issue 28: a decorated subclass)."""
+    assert js.register_class(Params) is Params
+    assert js.dataclass(Params) is Params
+
+
+def test_registering_a_struct_again_with_options_is_an_error() -> None:
+    """register_class(name=..., kw_only=True) cannot change a struct class: a TypeError."""
+    with pytest.raises(TypeError, match=r"already a Struct.*class keyword"):
+        js.register_class(name="Other")(Params)
     with pytest.raises(TypeError, match="already a Struct"):
-        js.register_class(Params)
+        js.register_class(kw_only=True)(Params)
 
 
 def test_register_non_class_is_an_error() -> None:

@@ -19,6 +19,7 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
+from . import _flax  # noqa: F401  (registers struct classes with flax.serialization)
 from ._compare import tree_equal
 from ._errors import (
     FrozenStructError,

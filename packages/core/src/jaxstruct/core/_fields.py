@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
-__all__ = ["MISSING", "FieldKind", "FieldSpec", "field"]
+__all__ = ["MISSING", "FieldKind", "FieldSpec", "field", "from_dataclasses_field"]
 
 T = TypeVar("T")
 
@@ -372,6 +373,36 @@ def field(
         validator=validator,
         derived=derived,
         override=override,
+    )
+
+
+def _is_static(metadata: Mapping[str, Any]) -> bool:
+    """Whether field metadata asks for a static field (equinox's or flax/optree's convention)."""
+    return bool(metadata.get("static", False)) or metadata.get("pytree_node", True) is False
+
+
+def from_dataclasses_field(f: dataclasses.Field[Any]) -> FieldSpec:
+    """The :class:`FieldSpec` declaring what a stdlib ``dataclasses.field(...)`` declares.
+
+    ``default``, ``default_factory``, ``init``, ``repr``, ``compare``, ``kw_only``
+    and ``metadata`` carry over (``hash`` has no counterpart: a struct hashes by
+    its compared fields). Metadata ``{"pytree_node": False}`` (``flax.struct.field``,
+    optree) or ``{"static": True}`` (``equinox.field``) makes the field static, and
+    ``{"converter": f}`` (``equinox.field(converter=f)``) is its converter.
+    """
+    default: Any = MISSING if f.default is dataclasses.MISSING else f.default
+    factory: Any = MISSING if f.default_factory is dataclasses.MISSING else f.default_factory
+    metadata = f.metadata
+    return FieldSpec(
+        default=default,
+        default_factory=factory,
+        init=f.init,
+        repr=f.repr,
+        compare=f.compare,
+        kw_only=f.kw_only is True,
+        metadata=metadata,
+        static=_is_static(metadata),
+        converter=metadata.get("converter"),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ from typing_extensions import dataclass_transform
 
 from ._codegen import cooperative_init, lazy_init, lazy_unflatten
 from ._errors import StructDefinitionError
-from ._fields import MISSING, FieldSpec, field
+from ._fields import MISSING, FieldKind, FieldSpec, field, from_dataclasses_field
 from ._layout import FLAT, KEYED, Layout
 from ._userinit import wrap_user_init
 
@@ -69,16 +70,6 @@ class_created_hooks: list[Callable[[type], None]] = []
 #: annotations. Extensions (``jaxstruct.abc``'s ``AbstractVar``) add to it.
 not_a_field_names: set[str] = {"ClassVar"}
 
-SHADOW_HELP = """\
-A subclass redeclared an inherited field. With dataclass-style inheritance the
-new declaration silently replaces the parent's (and keeps its position), which
-usually hides a typo or a copy-paste. Either drop the annotation to inherit the
-field as is, or declare the replacement explicitly:
-
-    class Child(Parent):
-        lr: float = field(static=True, default=0.1, override=True)
-"""
-
 
 def class_options(cls: type) -> dict[str, Any]:
     """Return the class keywords a struct class was defined with (inherited ones included)."""
@@ -111,7 +102,7 @@ def _fail(cls_name: str, message: str) -> StructDefinitionError:
     return StructDefinitionError(f"{cls_name}: {message}")
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field))
 class StructMeta(abc.ABCMeta):
     """Metaclass of :class:`Struct`: collects fields, checks the declaration, registers the pytree.
 
@@ -156,6 +147,10 @@ class StructMeta(abc.ABCMeta):
                     qual, "init=False conflicts with the __init__ defined in the class body"
                 )
             ns["__init__"] = wrap_user_init(user_init)
+        if "flax.struct" in sys.modules:
+            # flax.struct.dataclass returns a class carrying this mark unchanged, so a
+            # struct subclass decorated with it (code written for flax) stays as it is.
+            ns["_flax_dataclass"] = True
         cls = super().__new__(mcls, name, bases, ns, **kwargs)
         members = dict(inherited)
         for spec in own:
@@ -225,6 +220,9 @@ class StructMeta(abc.ABCMeta):
         return sig.replace(parameters=params)
 
     def __setattr__(cls, name: str, value: Any) -> None:
+        if name in _DATACLASS_ATTRIBUTES and "__struct_layout__" in cls.__dict__:
+            # dataclasses.dataclass(cls) sets these first, before changing anything else.
+            raise _decorated_struct_error(cls)
         type.__setattr__(cls, name, value)
         if name in _HOOK_NAMES:
             _hooks_changed(cls)
@@ -233,6 +231,25 @@ class StructMeta(abc.ABCMeta):
         type.__delattr__(cls, name)
         if name in _HOOK_NAMES:
             _hooks_changed(cls)
+
+
+#: What ``dataclasses.dataclass`` sets on a class it processes (struct classes
+#: answer both through descriptors of ``Struct``).
+_DATACLASS_ATTRIBUTES = frozenset({"__dataclass_params__", "__dataclass_fields__"})
+
+
+def _decorated_struct_error(cls: type) -> StructDefinitionError:
+    bases = ", ".join(
+        f"{b.__module__}.{b.__qualname__}" for b in cls.__bases__ if isinstance(b, StructMeta)
+    )
+    return StructDefinitionError(
+        f"{cls.__module__}.{cls.__qualname__}: a dataclass decorator was applied to a struct "
+        f"class (a subclass of {bases}). Struct classes are frozen dataclasses already, with "
+        "their fields, defaults and dataclasses.field(...) declarations taken from the class "
+        "body (metadata {'pytree_node': False} or {'static': True} makes a field static): "
+        "drop the decorator. flax.struct.dataclass and jaxstruct.core.dataclass leave a "
+        "struct class as it is, so code that must keep one of those may."
+    )
 
 
 #: Class attributes whose later assignment changes how instances are built.
@@ -363,6 +380,9 @@ def _collect_own_fields(
                 "rename the field",
             )
         value = ns.pop(fname, MISSING)
+        if isinstance(value, dataclasses.Field):
+            # The stdlib spelling (flax.struct.field and equinox.field return one too).
+            value = from_dataclasses_field(value)
         if not plain and is_initvar(annotation):
             spec = _initvar_spec(qual, fname, value)
         elif isinstance(value, FieldSpec):
@@ -376,21 +396,21 @@ def _collect_own_fields(
         for problem in spec._problems:
             raise _fail(qual, f"field {fname!r}: {problem}")
         if fname in inherited and not spec.override:
-            parent = inherited[fname].owner
-            pname = parent.__qualname__ if parent is not None else "a parent"
-            raise _fail(
-                qual,
-                f"field {fname!r} shadows the field inherited from {pname}; drop the annotation "
-                f"to inherit it, or pass override=True to field() to replace it deliberately.\n"
-                + SHADOW_HELP,
-            )
+            problem = _redeclaration_problem(inherited[fname], spec)
+            if problem is not None:
+                module = ns.get("__module__")
+                raise StructDefinitionError(
+                    _redeclaration_message(
+                        f"{module}.{qual}" if module else qual, inherited[fname], spec, problem
+                    )
+                )
         if spec.override and fname not in inherited:
             raise _fail(
                 qual, f"field {fname!r} has override=True but no parent declares it; drop override"
             )
         own.append(spec)
     for attr, value in list(ns.items()):
-        if isinstance(value, FieldSpec):
+        if isinstance(value, (FieldSpec, dataclasses.Field)):
             raise _fail(
                 qual,
                 f"{attr!r} is assigned field(...) but has no type annotation; annotate it "
@@ -400,10 +420,76 @@ def _collect_own_fields(
             raise _fail(
                 qual,
                 f"class attribute {attr!r} silently shadows the inherited field {attr!r}; "
-                f"to change its default redeclare it ({attr}: ... = field(default=..., "
-                "override=True)), or rename the attribute",
+                f"to change its default redeclare it with its annotation ({attr}: <type> = "
+                "<default>, the same kind of field; field(..., override=True) to change its "
+                "kind or checks), or rename the attribute",
             )
     return own
+
+
+def _redeclaration_problem(parent: FieldSpec, spec: FieldSpec) -> str | None:
+    """What a redeclaration without ``override=True`` changes that needs it, or ``None``.
+
+    Changing the default (or the annotation, ``init``, ``repr``, ...) is how
+    dataclasses, flax.struct and equinox code adapts an inherited field, and is
+    accepted. Changing the kind of field, or dropping a converter or validator,
+    is the mistake worth stopping.
+    """
+    if spec.initvar != parent.initvar:
+        was, now = ("an InitVar", "a field") if parent.initvar else ("a field", "an InitVar")
+        return f"it turns {was} into {now}"
+    if spec.kind is not parent.kind:
+        return f"it turns {_KIND_WORDS[parent.kind]} into {_KIND_WORDS[spec.kind]}"
+    if parent.converter is not None and spec.converter is not parent.converter:
+        verb = "drops" if spec.converter is None else "replaces"
+        return f"it {verb} the parent's converter"
+    if any(v not in spec.validators for v in parent.validators):
+        return "it drops the parent's validator(s)"
+    if spec.derived is not parent.derived:
+        return "it changes how the field is derived"
+    return None
+
+
+_KIND_WORDS = {
+    FieldKind.NODE: "a node field",
+    FieldKind.STATIC: "a static field",
+    FieldKind.OPAQUE: "an opaque field",
+}
+_KIND_FLAG = {
+    FieldKind.NODE: "",
+    FieldKind.STATIC: "static=True, ",
+    FieldKind.OPAQUE: "pytree=False, ",
+}
+
+
+def _hook_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _redeclaration_message(cls_name: str, parent: FieldSpec, spec: FieldSpec, problem: str) -> str:
+    owner = parent.owner
+    pname = f"{owner.__module__}.{owner.__qualname__}" if owner is not None else "a parent"
+    keep = _KIND_FLAG[parent.kind] + "default=..."
+    if parent.converter is not None:
+        keep += f", converter={_hook_name(parent.converter)}"
+    if parent.validators:
+        names = ", ".join(_hook_name(v) for v in parent.validators)
+        keep += f", validator={names if len(parent.validators) == 1 else f'[{names}]'}"
+    replace = _KIND_FLAG[spec.kind] + "default=..."
+    if spec.converter is not None:
+        replace += ", converter=..."
+    name = spec.name
+    return (
+        f"{cls_name}: field {name!r} redeclares the field inherited from {pname}, and {problem}. "
+        "A redeclaration may change the default (as in dataclasses, flax.struct and equinox) "
+        "but keeps the kind of field (node, static or opaque), the converter and the "
+        "validators; a change to those is more often a typo or a copy-paste than meant. "
+        f"To change only the default, keep what {owner.__qualname__ if owner else 'it'} "
+        f"declares:\n\n    {name}: ... = field({keep})\n\n"
+        f"to replace the field deliberately, say so with override=True:\n\n"
+        f"    {name}: ... = field({replace}, override=True)\n\n"
+        f"or drop the annotation to inherit {name!r} unchanged."
+    )
 
 
 def _check_order(qual: str, fields: tuple[FieldSpec, ...]) -> None:

@@ -8,7 +8,7 @@ not in use:
   given to ``register_pytree_type`` / ``register_attrs_type``.
 * If optree is already imported, the class is registered with it at once.
   Otherwise the listener returns after one ``sys.modules`` lookup, and a
-  one-shot import watcher on ``sys.meta_path`` registers every known class the
+  one-shot import watcher (``_lazyimport``) registers every known class the
   moment ``optree`` finishes importing. So optree is never imported by us, and
   the order of imports does not matter.
 * Each class goes into one optree namespace: the class keyword
@@ -22,7 +22,6 @@ not in use:
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -31,6 +30,7 @@ from typing import Any
 from jaxstruct.registry import PytreeSpec, add_registration_listener, resolve_pytree_spec
 
 from ._errors import StructDefinitionError
+from ._lazyimport import when_imported
 from ._meta import extension_keywords
 
 __all__ = ["optree_namespace", "set_optree_namespace"]
@@ -214,54 +214,6 @@ def _on_optree_imported(optree: Any) -> None:
             _register(optree, spec)
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader of ``optree``, then registers every known class."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: Any) -> Any:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        _on_optree_imported(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """One-shot ``sys.meta_path`` entry noticing the first import of ``optree``."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "optree":
-            return None
-        _remove_watcher()
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _Loader(spec.loader)
-        return spec
-
-
-_watcher = _ImportWatcher()
-
-
-def _remove_watcher() -> None:
-    try:
-        sys.meta_path.remove(_watcher)
-    except ValueError:
-        pass
-
-
 def _keyword(cls: type, value: Any) -> None:
     try:
         _check_namespace(value, "optree_namespace=")
@@ -272,8 +224,8 @@ def _keyword(cls: type, value: Any) -> None:
 def install() -> None:
     """Start listening (called once when ``jaxstruct.core`` is imported)."""
     extension_keywords["optree_namespace"] = _keyword
-    if sys.modules.get("optree") is None and "optree" not in sys.modules:
-        sys.meta_path.insert(0, _watcher)
+    if "optree" not in sys.modules:
+        when_imported("optree", _on_optree_imported)
     add_registration_listener(_on_spec)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from typing_extensions import dataclass_transform
 
-from ._fields import MISSING, FieldSpec, field
+from ._fields import MISSING, FieldSpec, field, from_dataclasses_field
 from ._meta import StructMeta, is_initvar
 from ._struct import Struct
 
@@ -30,26 +30,6 @@ def _metaclass_for(cls: type) -> type:
     return type(f"Struct{meta.__name__}", (StructMeta, meta), {})
 
 
-def _is_static(metadata: Any) -> bool:
-    """Whether field metadata asks for a static field (equinox's or flax/optree's convention)."""
-    return bool(metadata.get("static", False)) or metadata.get("pytree_node", True) is False
-
-
-def _from_dataclasses_field(f: dataclasses.Field[Any]) -> FieldSpec:
-    default: Any = MISSING if f.default is dataclasses.MISSING else f.default
-    factory: Any = MISSING if f.default_factory is dataclasses.MISSING else f.default_factory
-    return FieldSpec(
-        default=default,
-        default_factory=factory,
-        init=f.init,
-        repr=f.repr,
-        compare=f.compare,
-        kw_only=f.kw_only is True,
-        metadata=f.metadata,
-        static=_is_static(f.metadata),
-    )
-
-
 def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
     """Take over a stdlib dataclass's fields and InitVars; return whether its own __init__ stays."""
     annotations: dict[str, Any] = {}
@@ -57,7 +37,7 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
     table: dict[str, dataclasses.Field[Any]] = cls.__dataclass_fields__  # type: ignore[attr-defined]
     for f in table.values():
         if f.name in regular:
-            ns[f.name] = _from_dataclasses_field(f)
+            ns[f.name] = from_dataclasses_field(f)
         elif is_initvar(f.type):
             if f.default is not dataclasses.MISSING:
                 ns[f.name] = f.default
@@ -77,7 +57,7 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
 def register_class(cls: T, /) -> T: ...
 @overload
 def register_class(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
-@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+@dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field))
 def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
     """Promote an existing class to a :class:`Struct` (decorator or direct call).
 
@@ -88,7 +68,9 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
     A stdlib dataclass keeps its fields, options and InitVar pseudo-fields (and its own
     ``__init__`` when declared with ``init=False``). Field metadata
     ``{"static": True}`` (equinox) or ``{"pytree_node": False}`` (flax, optree)
-    makes a field static.
+    makes a field static. A struct class (a subclass of a struct, decorated as
+    code written for dataclasses is) is returned as it is: its fields were
+    collected when it was defined.
 
     Args:
         cls: the class to promote.
@@ -114,9 +96,14 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
         if not isinstance(original, type):
             raise TypeError(f"register_class() expected a class, got {original!r}")
         if isinstance(original, StructMeta):
+            if name is None and not kw_only:
+                # A struct class (a subclass decorated as code written for
+                # dataclasses is): its fields were collected when it was defined.
+                return original
             raise TypeError(
-                f"{original.__qualname__} is already a Struct; subclass it instead of "
-                "registering it again"
+                f"{original.__qualname__} is already a Struct, so register_class() cannot "
+                "rename it or make its fields keyword-only; pass kw_only=True as a class "
+                "keyword (class C(Parent, kw_only=True)) or field(kw_only=True)"
             )
         new_name = name or original.__name__
         qualname = original.__qualname__.rpartition(".")[0]
@@ -135,7 +122,7 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
                     value = original.__dict__[attr]
                     if isinstance(value, dataclasses.Field):
                         # dataclasses.field(...) / flax's field(pytree_node=False) on a plain class.
-                        value = _from_dataclasses_field(value)
+                        value = from_dataclasses_field(value)
                     ns[attr] = value
             adopted = "__init__" in original.__dict__
             if adopted:
@@ -174,7 +161,9 @@ if TYPE_CHECKING:
     def dataclass(cls: T, /) -> T: ...
     @overload
     def dataclass(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
-    @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec))
+    @dataclass_transform(
+        frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field)
+    )
     def dataclass(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
         """Alias of :func:`register_class`."""
 
