@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite. Run from the repository root:
-#     uv run --frozen --all-packages --group bench bash scripts/test.sh [pytest arguments]
+#     uv run --frozen --all-packages bash scripts/test.sh [pytest arguments]
 #
-# (--group bench installs flax and equinox: the tests of what the docs say about
-# them run against them, and fail rather than skip when they are missing here.)
+# (The default dependency groups are dev and peers: peers installs optax, flax and
+# equinox, against which the tests of other libraries' pytrees and of what the docs
+# say about them run; those runs fail rather than skip when a peer is missing.)
 #
 # 1. ruff format --check, ruff check, pyright, pytest (with the docs' and
 #    docstrings' examples) and a strict docs build, on the current interpreter;
@@ -81,8 +82,9 @@ for version in $SUPPORTED_PYTHONS $LOWEST_PYTHONS $LOWEST_CORE_PYTHONS; do
     fi
 done
 
-# The runs at uv.lock's versions have the peers (flax, equinox) installed and must
-# run their tests; the lowest-versions runs below do not install them.
+# The runs at uv.lock's versions have the peers (optax, flax, equinox) installed and
+# must run their tests; the lowest-versions runs below do not install them (their
+# floors would lift JAX's above the layers' own).
 export JAXSTRUCT_TEST_PEERS=1
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
@@ -96,7 +98,7 @@ for version in $SUPPORTED_PYTHONS; do
     venv="$ROOT/.venvs/py$version"
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
-        uv sync --frozen --all-packages --group bench --quiet --python "${PYTHON_AT[$version]}"
+        uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
     step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "$@"
 done
 
@@ -123,7 +125,7 @@ lock_lowest() (  # lock_lowest SCRATCH
 sync_lowest() (  # sync_lowest SCRATCH X.Y
     cd "$1/tree"
     env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$1/py$2" \
-        uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$2]}"
+        uv sync --frozen --all-packages --no-group peers --quiet --python "${PYTHON_AT[$2]}"
     "$1/py$2/bin/python" -c '
 from importlib.metadata import PackageNotFoundError, version
 def at(name):

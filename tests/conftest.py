@@ -44,11 +44,12 @@ WITHOUT_ORBAX = os.environ.get("JAXSTRUCT_TEST_WITHOUT_ORBAX") == "1"
 collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
 
 
-# The peers whose behaviour the docs describe (flax, equinox: the `bench` dependency
-# group). Their tests skip where they are not installed (the lowest-versions runs);
+# The peers: other libraries whose pytrees jaxstruct stores and whose behaviour the
+# docs describe (the `peers` dependency group). Their tests skip where they are not
+# installed (the lowest-versions runs);
 # scripts/test.sh says JAXSTRUCT_TEST_PEERS=1 for the runs at uv.lock's versions,
 # where a missing peer is an error instead of a silent skip.
-PEERS = ("flax", "equinox")
+PEERS = ("flax", "equinox", "optax")
 REQUIRE_PEERS = os.environ.get("JAXSTRUCT_TEST_PEERS") == "1"
 
 
@@ -57,8 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if REQUIRE_PEERS and missing:
         raise pytest.UsageError(
             f"JAXSTRUCT_TEST_PEERS=1 runs the tests against {', '.join(PEERS)}, but "
-            f"{', '.join(missing)} is not installed: sync with `uv sync --frozen --all-packages "
-            "--group bench`, or unset JAXSTRUCT_TEST_PEERS to skip those tests"
+            f"{', '.join(missing)} is not installed: sync with `uv sync --frozen --all-packages` "
+            "(the peers group is a default one), or unset JAXSTRUCT_TEST_PEERS to skip them"
         )
     if WITHOUT_ORBAX and importlib.util.find_spec("jaxstruct.orbax") is not None:
         raise pytest.UsageError(
@@ -81,7 +82,7 @@ def _needs_orbax(item: pytest.Item) -> str | None:
     return None
 
 
-_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox)\b", re.M)
+_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox|optax)\b", re.M)
 
 
 def _needs_missing_peer(item: pytest.Item) -> str | None:

@@ -251,7 +251,7 @@ def test_without_orbax_takes_orbax_out_of_the_root_project(tmp_path: Path) -> No
 def test_ci_runs_the_readme_test_command() -> None:
     """.ci/run ends by running the README's test command, word for word."""
     readme = (ROOT / "README.md").read_text()
-    command = "uv run --frozen --all-packages --group bench bash scripts/test.sh"
+    command = "uv run --frozen --all-packages bash scripts/test.sh"
     assert f"\n{command}\n" in readme
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert [line for line in lines if line and not line.startswith("#")][-1] == command
