@@ -113,3 +113,16 @@ def test_killed_during_a_save_resumes_bit_exactly(
     assert out.splitlines()[0] == f"resumed at step {complete[-1]}", out
     assert f"done at step {FINAL}" in out
     assert _checkpoint_bits(dump) == _checkpoint_bits(reference[model])
+
+
+def test_the_loop_docs_scale_shows_is_the_tested_one() -> None:
+    """Every code block of docs/scale.md's training-loop section is in the example, verbatim."""
+    import re
+
+    page = (EXAMPLE.parents[1] / "docs" / "scale.md").read_text()
+    section = page.split("## A training loop that resumes", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```py\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 2
+    source = EXAMPLE.read_text()
+    for block in blocks:
+        assert block in source, block[:200]

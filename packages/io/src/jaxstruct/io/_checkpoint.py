@@ -513,7 +513,14 @@ def load(
             array leaves are ``jax.Array`` (restored with its sharding),
             ``jax.ShapeDtypeStruct`` (its sharding, or as stored without one) or
             ``None`` (as stored); ``jax.eval_shape`` of the value builds one.
-            Shapes and dtypes must match what is stored.
+            Shapes and dtypes must match what is stored. The target also
+            vouches, at its own places only, for the classes it holds (a
+            struct, namedtuple, enum or other pytree node class named there
+            by the file is taken from it, with no ``allow_imports``), for the
+            values of the fields a struct does not store (``serialize=False``
+            and opaque fields; the default where the target's value is
+            abstract), and for the functions inside other libraries' pytree
+            nodes, which checkpoints never store.
         select: partial restore: a function picking part of the stored value
             (``lambda s: s.params``, or one returning a
             :class:`jaxstruct.core.Selection`); only the arrays inside that
