@@ -25,6 +25,7 @@ from jaxstruct.registry import (
     ClassReferenceError,
     SerializationError,
     class_ref,
+    is_registered_pytree_type,
     lookup_class,
     resolve_class,
     resolve_pytree_spec,
@@ -691,6 +692,13 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:
     """A node of a class registered with JAX only, rebuilt by its own unflatten."""
+    if is_registered_pytree_type(cls):
+        # Structs and jaxstruct-registered types are rebuilt with their checks
+        # (converters, validators, deserializers), never through raw unflatten.
+        raise _NodeError(
+            f"{node[1]!r} is registered with jaxstruct, but the file stores it as a plain JAX "
+            "pytree node; a checkpoint written by jaxstruct never does that"
+        )
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
     aux = d.value(kids[0])
     try:
