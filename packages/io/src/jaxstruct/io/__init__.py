@@ -17,10 +17,16 @@ from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
 from ._plugins import (
+    ALLOW_ENV,
     AUTOLOAD_ENV,
+    BLOCK_ENV,
     ENTRY_POINT_GROUP,
+    PLUGIN_API_VERSION,
     PluginError,
+    PluginInfo,
     PluginRegistry,
+    PluginWarning,
+    current_registry,
     hookimpl,
     register_codec,
     register_format,
@@ -28,8 +34,11 @@ from ._plugins import (
 from ._state import from_state_dict, to_state_dict
 
 __all__ = [
+    "ALLOW_ENV",
     "AUTOLOAD_ENV",
+    "BLOCK_ENV",
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
     "ArraySpec",
     "CheckpointInfo",
     "CheckpointManager",
@@ -41,7 +50,10 @@ __all__ = [
     "OpenedCheckpoint",
     "PendingWrite",
     "PluginError",
+    "PluginInfo",
     "PluginRegistry",
+    "PluginWarning",
+    "current_registry",
     "export",
     "from_state_dict",
     "hookimpl",
