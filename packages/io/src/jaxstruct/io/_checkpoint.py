@@ -168,8 +168,8 @@ def _sniffs(fmt: Format, path: Any) -> bool:
         return False
     except Exception as err:
         raise PluginError(
-            f"the sniff() of format {fmt.name!r} ({current_registry().source_of('format', fmt.name)})"
-            f" raised {type(err).__name__}: {err}"
+            f"the sniff() of format {fmt.name!r} ({_source(fmt)}) raised "
+            f"{type(err).__name__}: {err}"
         ) from err
 
 

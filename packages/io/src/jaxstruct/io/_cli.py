@@ -1,15 +1,23 @@
-"""The ``jaxstruct`` command line: ``jaxstruct inspect PATH [--json] [--verify]``."""
+"""The ``jaxstruct`` command line.
+
+``jaxstruct inspect PATH [--json] [--verify]`` describes a checkpoint;
+``jaxstruct plugins [--json]`` lists every ``jaxstruct.io`` plugin, its
+distribution and version, what it registers and its state.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from jaxstruct.registry import StructError
 
 from ._inspect import inspect, verify
+from ._plugins import PluginWarning, current_registry
 
 __all__ = ["main"]
 
@@ -19,7 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``0``: done (and with ``--verify``, every member is sound); ``1``:
     ``--verify`` found bad members (each is named on stderr); ``2``: the
-    checkpoint could not be read.
+    checkpoint could not be read. Output cut short by its reader (``| head``)
+    ends the command quietly.
 
     Example:
         >>> main(["inspect", "/nonexistent/checkpoint"])
@@ -41,7 +50,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-manifest-bytes", type=int, default=None, help="raise the manifest size limit"
     )
     show.add_argument("--max-nodes", type=int, default=None, help="raise the node count limit")
+    listing = commands.add_parser(
+        "plugins",
+        help="list every jaxstruct.io plugin, its distribution and version, what it registers "
+        "and its state (loaded, failed and why, disabled)",
+    )
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
     args = parser.parse_args(argv)
+    try:
+        status = _plugins(as_json=args.json) if args.command == "plugins" else _inspect(args)
+        sys.stdout.flush()  # a reader gone away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop writing, without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    return status
+
+
+def _plugins(*, as_json: bool) -> int:
+    with warnings.catch_warnings():
+        # Each failed plugin is listed with its reason below; no warning on top.
+        warnings.simplefilter("ignore", PluginWarning)
+        infos = current_registry().plugins()
+    if as_json:
+        print(json.dumps([info.to_json() for info in infos], indent=1))
+    else:
+        print("\n".join(str(info) for info in infos))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
     limits = {
         name: value
         for name, value in (

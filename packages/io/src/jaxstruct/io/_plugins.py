@@ -199,9 +199,14 @@ _Key = tuple[str, Any]  # ("format" | "codec" | "suffix" | "type", name, suffix 
 
 def _claims(item: Format | Codec) -> list[_Key]:
     """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
+    keys: list[_Key]
     if isinstance(item, Format):
-        return [("format", item.name)] + [("suffix", s.lower()) for s in item.suffixes]
-    return [("codec", item.name)] + [("type", cls) for cls in item.types]
+        keys = [("format", item.name)]
+        keys += [("suffix", s.lower()) for s in item.suffixes]
+    else:
+        keys = [("codec", item.name)]
+        keys += [("type", cls) for cls in item.types]
+    return keys
 
 
 def _key_text(key: _Key) -> str:
@@ -714,7 +719,7 @@ class PluginRegistry:
         return "; ".join(parts)
 
 
-def _info(
+def _info(  # noqa: PLR0917 - one call shape for every plugin kind
     name: str,
     dist: str,
     version: str,
