@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import numpy as np
-from jaxstruct.io import ArraySpec, Format, Limits, OpenedCheckpoint, hookimpl, host_pieces, place
+from jaxstruct.io import (
+    ArraySpec,
+    Format,
+    Limits,
+    OpenedCheckpoint,
+    empty_array,
+    hookimpl,
+    host_pieces,
+    place,
+)
 from jaxstruct.registry import SerializationError
 
 __all__ = ["TarFormat", "jaxstruct_register_formats"]
@@ -239,8 +248,8 @@ class _TarCheckpoint(OpenedCheckpoint):
         for name, (key, order) in names.items():
             if key not in wanted:
                 continue  # partial restore: never read
-            dtype, shape, nbytes = table[key]
-            arr = np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
+            nbytes = table[key].nbytes
+            arr = empty_array(table[key], order)  # 64-byte aligned, as the contract asks
             self.handle.seek(self.members[name][0])
             flat = arr.reshape(-1, order=order).view(np.uint8)
             view = memoryview(flat)  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__

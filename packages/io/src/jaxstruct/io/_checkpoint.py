@@ -15,6 +15,7 @@ from jaxstruct.registry import SerializationError, StructError
 from . import _async, _atomic, _gc, _multihost
 from ._async import ExportHandle
 from ._builtin import DirectoryFormat, ZipFormat
+from ._codecs import Codec
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
@@ -781,7 +782,13 @@ def _load(
             stand_ins = _abstract_arrays(table, wanted)
             try:
                 skeleton = decode_state(
-                    manifest, table, stand_ins, resolver=resolver, limits=lim, source=where
+                    manifest,
+                    table,
+                    stand_ins,
+                    resolver=resolver,
+                    limits=lim,
+                    source=where,
+                    codec_named=_undecoded_codec,
                 )
             except SerializationError:
                 # A converter, validator or migration of the stored classes needs real
@@ -796,8 +803,69 @@ def _load(
         opened.close()
     if stand_ins:
         arrays = {**stand_ins, **arrays}
-    value = decode_state(manifest, table, arrays, resolver=resolver, limits=lim, source=where)
+    value = decode_state(
+        manifest,
+        table,
+        arrays,
+        resolver=resolver,
+        limits=lim,
+        source=where,
+        codec_named=_outside_selection(list(stand_ins.values())) if stand_ins else None,
+    )
     return value if select is None else select(value)
+
+
+def _undecoded_codec(name: str) -> Codec | None:
+    """For a partial restore's skeleton: a codec keeping the stored value, undecoded.
+
+    Its arrays stay visible as leaves of the stand-in (a pytree node), so only
+    a selection that reaches into a codec value reads that value's arrays,
+    and no codec sees abstract arrays.
+    """
+    if current_registry().codec_named(name) is None:
+        return None
+    _register_stand_in()
+    return Codec(name, (CodecStandIn,), encode=lambda v: v, decode=CodecStandIn)
+
+
+def _outside_selection(abstract: list[Any]) -> Callable[[str], Codec | None]:
+    """Codecs for the final decode of a partial restore: a codec value holding an array
+    that was not read (outside the selection) stays undecoded."""
+    import jax
+
+    ids = {id(v) for v in abstract}
+
+    def lookup(name: str) -> Codec | None:
+        codec = current_registry().codec_named(name)
+        if codec is None:
+            return None
+        _register_stand_in()
+
+        def decode(stored: Any) -> Any:
+            leaves = jax.tree_util.tree_leaves(stored)
+            if any(id(leaf) in ids for leaf in leaves):
+                return CodecStandIn(stored)
+            return codec.decode(stored)
+
+        return Codec(name, (*codec.types, CodecStandIn), codec.encode, decode)
+
+    return lookup
+
+
+class CodecStandIn:
+    """A codec value in a partial restore's skeleton: the value as stored, not yet decoded."""
+
+    def __init__(self, stored: Any) -> None:
+        self.stored = stored
+
+
+@functools.cache
+def _register_stand_in() -> None:
+    import jax
+
+    jax.tree_util.register_pytree_node(
+        CodecStandIn, lambda s: ((s.stored,), None), lambda _, kids: CodecStandIn(kids[0])
+    )
 
 
 def _abstract_arrays(table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -165,6 +165,7 @@ class _Decoder:
         self.arrays_used: set[str] = set()
         self._jax_ok: bool | None = None
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
+        self.codec_named: Callable[[str], Any] | None = None
 
     def place_all(self) -> None:
         """Put every host array that a JAX array or PRNG key node will need on the device at once.
@@ -666,7 +667,8 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     from ._plugins import current_registry
 
     registry = current_registry()
-    codec = registry.codec_named(name)  # PluginError if its plugin failed or clashes
+    lookup = d.codec_named or registry.codec_named
+    codec = lookup(name)  # PluginError if its plugin failed or clashes
     if codec is None:
         more = registry.missing_hint()
         raise _NodeError(
@@ -722,12 +724,18 @@ def decode_state(
     resolver: Resolver,
     limits: Limits,
     source: str,
+    codec_named: Callable[[str], Any] | None = None,
 ) -> Any:
-    """Rebuild the value a checked manifest describes."""
+    """Rebuild the value a checked manifest describes.
+
+    ``codec_named``: looks codecs up instead of the registry (a partial
+    restore's skeleton keeps codec values undecoded).
+    """
     nodes = manifest.get("nodes")
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
     decoder = _Decoder(nodes, meta, arrays, resolver=resolver, limits=limits, source=source)
+    decoder.codec_named = codec_named
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
     value = decoder.run(manifest.get("root"))

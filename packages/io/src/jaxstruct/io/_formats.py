@@ -25,6 +25,8 @@ __all__ = [
     "PendingWrite",
     "Placement",
     "ZipFormat",
+    "aligned_empty",
+    "empty_array",
     "host_array",
     "host_pieces",
     "place",
@@ -46,6 +48,44 @@ class ArraySpec(NamedTuple):
 Placement = Any  # jax.sharding.Sharding | None (jax is imported lazily)
 
 ArrayTable = Mapping[str, ArraySpec]
+
+
+_ALIGN = 64
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned.
+
+    Example:
+        >>> aligned_empty(100).ctypes.data % 64
+        0
+    """
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + nbytes]
+
+
+def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
+    """Allocate the host array :meth:`OpenedCheckpoint.read_arrays` returns for ``spec``.
+
+    Its buffer starts at a 64-byte boundary (so ``jax.device_put`` can adopt
+    it without a copy), it is uninitialised, and it is laid out in ``order``
+    (``"C"``, or ``"F"`` for an array stored in Fortran order). Read the stored
+    bytes into ``memoryview(arr.reshape(-1, order=order).view(numpy.uint8))``.
+
+    Example:
+        >>> import numpy as np
+        >>> arr = empty_array(ArraySpec(np.dtype("<f4"), (2, 3), 24), order="F")
+        >>> arr.shape, arr.flags.f_contiguous, arr.ctypes.data % 64
+        ((2, 3), True, 0)
+    """
+    dtype = np.dtype(spec.dtype)
+    shape = tuple(spec.shape)
+    count = 1
+    for n in shape:
+        count *= n
+    flat = aligned_empty(count * dtype.itemsize).view(dtype)
+    return flat.reshape(shape, order="F" if order == "F" else "C")
 
 
 def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
