@@ -461,3 +461,43 @@ def test_tar_example_reads_into_aligned_buffers(tmp_path: Path) -> None:
         opened.close()
     assert all(arr.ctypes.data % 64 == 0 for arr in out.values())
     assert jio.load(path)["f"].flags.f_contiguous
+
+
+class _Plain(jio.OpenedCheckpoint):
+    """An opened checkpoint with no checksums of its own (no verify method)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.manifest = inner.manifest
+
+    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+        Unchecked.reads.append(sorted(wanted))
+        return self.inner.read_arrays(table, wanted)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Unchecked(ZipFormat):
+    name = "unchecked"
+    suffixes = (".unchecked",)
+    reads: list[list[str]] = []
+
+    def open(self, path: Any, limits: jio.Limits) -> Any:
+        return _Plain(super().open(path, limits))
+
+
+def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
+    use: Callable[..., PluginRegistry], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--verify of a format without checksums says what it checked, reading arrays singly."""
+    from jaxstruct.io._cli import main
+
+    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
+    path = jio.export({"a": np.ones(3), "b": np.zeros(2)}, tmp_path / "x.unchecked")
+    Unchecked.reads.clear()
+    assert main(["inspect", str(path), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "every array read; the format stores no checksums" in out
+    assert "every member is sound" not in out
+    assert Unchecked.reads == [["a0"], ["a1"]]

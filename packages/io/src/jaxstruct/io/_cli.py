@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from jaxstruct.registry import StructError
 
-from ._inspect import inspect, verify
+from ._inspect import inspect, verify_report
 from ._plugins import PluginWarning, current_registry
 
 __all__ = ["main"]
@@ -92,19 +92,30 @@ def _inspect(args: argparse.Namespace) -> int:
     }
     try:
         info = inspect(args.path, **limits)
-        problems = verify(args.path, **limits) if args.verify else None
+        problems, checksummed = (
+            verify_report(args.path, **limits) if args.verify else (None, False)
+        )
     except (StructError, OSError) as err:
         print(f"jaxstruct inspect: error: {err}", file=sys.stderr)
         return 2
     if args.json:
         report = info.to_json()
         if problems is not None:
-            report["verify"] = {"ok": not problems, "problems": problems}
+            report["verify"] = {
+                "ok": not problems,
+                "problems": problems,
+                "checksums": checksummed,
+            }
         print(json.dumps(report, indent=1))
     else:
         print(info)
         if problems is not None and not problems:
-            print("verify: every member is sound")
+            print(
+                "verify: every member is sound"
+                if checksummed
+                else "verify: every array read; the format stores no checksums, so a changed "
+                "byte would go unnoticed"
+            )
     for problem in problems or ():
         print(f"jaxstruct inspect: bad member: {problem}", file=sys.stderr)
     return 1 if problems else 0
