@@ -17,6 +17,7 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._paths import ManifestNode, array_paths, walk
 from ._plugins import (
     ALLOW_ENV,
     AUTOLOAD_ENV,
@@ -48,12 +49,14 @@ __all__ = [
     "ExportHandle",
     "Format",
     "Limits",
+    "ManifestNode",
     "OpenedCheckpoint",
     "PendingWrite",
     "PluginError",
     "PluginInfo",
     "PluginRegistry",
     "PluginWarning",
+    "array_paths",
     "current_registry",
     "empty_array",
     "export",
@@ -67,4 +70,5 @@ __all__ = [
     "register_codec",
     "register_format",
     "to_state_dict",
+    "walk",
 ]

@@ -92,9 +92,7 @@ def _inspect(args: argparse.Namespace) -> int:
     }
     try:
         info = inspect(args.path, **limits)
-        problems, checksummed = (
-            verify_report(args.path, **limits) if args.verify else (None, False)
-        )
+        problems, checksummed = verify_report(args.path, **limits) if args.verify else (None, False)
     except (StructError, OSError) as err:
         print(f"jaxstruct inspect: error: {err}", file=sys.stderr)
         return 2

@@ -285,10 +285,10 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     _, opened, top = open_checkpoint(target, lim)
     try:
         table = check_arrays_table(top["arrays"], where, lim)
+        specs = {k: ArraySpec(*v) for k, v in table.items()}
         check = getattr(opened, "verify", None)
         if check is not None:
-            return list(check(table)), True
-        specs = {k: ArraySpec(*v) for k, v in table.items()}
+            return list(check(specs)), True
         problems: list[str] = []
         for key in specs:
             try:
