@@ -180,3 +180,14 @@ def test_a_flipped_byte_is_found_on_load_and_by_verify(tmp_path: Path) -> None:
         jio.load(path)
     problems, checksummed = verify_report(path)
     assert checksummed and len(problems) == 1 and "checksum" in problems[0]
+
+
+def test_assert_roundtrip_accepts_the_plugin_format(tmp_path: Path) -> None:
+    """assert_roundtrip(x, formats=("tar",)) checks a round trip through a plugin's format."""
+    from jaxstruct.testing import assert_roundtrip
+
+    value = {"w": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "b": jnp.ones(2), "s": "x"}
+    assert_roundtrip(value, formats=("state_dict", "tar", "zip"), tmp_path=tmp_path)
+    assert (tmp_path / "checkpoint-tar.tar").is_file()
+    with pytest.raises(ValueError, match="unknown format.*'hdf5'"):
+        assert_roundtrip(value, formats=("hdf5",))
