@@ -216,7 +216,7 @@ def test_example_plugin_end_to_end(tmp_path: Path) -> None:
     )
     assert out.stdout.strip() == "ok"
     info = jio.inspect(path)
-    assert "<codec 'datetime.datetime'>" in info.tree
+    assert "<codec 'jaxstruct_plugin_datetime.datetime'>" in info.tree
 
 
 def test_example_plugin_not_loaded_when_autoload_is_off(tmp_path: Path) -> None:
@@ -324,3 +324,19 @@ def test_well_formed_plugin_with_helpers_is_accepted() -> None:
     plugin = _codec_plugin("money")
     plugin.helper = lambda: None
     assert "money" in _registry_of(plugin).codecs
+
+
+def test_example_plugin_round_trips_with_assert_roundtrip(tmp_path: Path) -> None:
+    """The datetime example, as loaded in this process, passes assert_roundtrip everywhere."""
+    import datetime
+    import decimal
+
+    from jaxstruct.testing import assert_roundtrip
+
+    value = {
+        "when": datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC),
+        "price": decimal.Decimal("-1.50"),
+    }
+    assert_roundtrip(value, formats=("state_dict", "directory", "zip", "tar"), tmp_path=tmp_path)
+    codecs = jio.current_registry().codecs
+    assert all(n.startswith("jaxstruct_plugin_datetime.") for n in codecs if "datetime" in n)

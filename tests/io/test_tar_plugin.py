@@ -189,5 +189,5 @@ def test_assert_roundtrip_accepts_the_plugin_format(tmp_path: Path) -> None:
     value = {"w": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "b": jnp.ones(2), "s": "x"}
     assert_roundtrip(value, formats=("state_dict", "tar", "zip"), tmp_path=tmp_path)
     assert (tmp_path / "checkpoint-tar.tar").is_file()
-    with pytest.raises(ValueError, match="unknown format.*'hdf5'"):
+    with pytest.raises(ValueError, match=r"unknown format.*'hdf5'"):
         assert_roundtrip(value, formats=("hdf5",))
