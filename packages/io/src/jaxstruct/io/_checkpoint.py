@@ -572,8 +572,12 @@ def export(
 
     ``format`` names a registered format (``"directory"``, ``"zip"``,
     ``"orbax"`` with jaxstruct-orbax installed, or a plugin's). Without it, a
-    path ending in ``.zip`` gives one zip archive and any other path a
-    directory holding ``manifest.json`` and ``arrays.npz``. The checkpoint is
+    path ending in ``.zip`` gives one zip archive, a path ending in a suffix a
+    plugin format claims (``.tar`` with jaxstruct-plugin-tar) that format, and
+    any other path a directory holding ``manifest.json`` and ``arrays.npz``,
+    except that a suffix of a well-known file format no registered format
+    claims (``.h5``, ``.safetensors``, ...) is refused
+    (``jaxstruct.io.current_registry().suffixes`` lists the claimed ones). The checkpoint is
     written to a temporary sibling, fsynced and then renamed into place, so a
     crash at any point leaves the previous checkpoint intact.
 
@@ -602,12 +606,17 @@ def export(
     Raises:
         FileExistsError: ``path`` exists and ``overwrite`` is false.
         SerializationError: a value cannot be represented (nothing is written),
-            ``format`` is unknown, the path is a URL the format cannot write, or
+            ``format`` is unknown, the path's file suffix is claimed by no
+            format, the path is a URL the format cannot write,
             ``overwrite=True`` would replace something that is not a jaxstruct
-            checkpoint.
+            checkpoint, or a plugin format broke its contract (its ``write``
+            raised, created nothing or the wrong kind of thing; the previous
+            checkpoint is left in place).
         CheckpointWriteError: the disk failed while writing (full, read-only,
             ...); the previous checkpoint is left in place. It is an ``OSError``
             with the original ``errno``, and a :class:`SerializationError`.
+        PluginError: the format, suffix or a value's codec belongs to a plugin
+            that failed to load, or to two plugins.
 
     Example:
         >>> import tempfile, numpy as np
