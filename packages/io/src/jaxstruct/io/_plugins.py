@@ -421,7 +421,6 @@ class PluginRegistry:
         self._lock = threading.RLock()
         self._tables: _Tables | None = None
         self._runtime: list[tuple[Format | Codec, _Origin]] = []
-        self._counter = 0
 
     @property
     def autoload(self) -> bool:
@@ -458,7 +457,7 @@ class PluginRegistry:
         tables = _Tables()
         builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
         origin = _Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
-        formats, codecs, error = self._items(builtins, _BUILTIN_PLUGIN)
+        formats, codecs, error = self._items(builtins)
         if error is not None:  # pragma: no cover - the built-ins never fail
             raise PluginError(f"the built-in formats failed: {error}")
         for item in (*formats, *codecs):
@@ -559,14 +558,14 @@ class PluginRegistry:
                 [],
                 [],
             )
-        formats, codecs, error = self._items(plugin, name)
+        formats, codecs, error = self._items(plugin)
         if error is not None:
             self.manager.unregister(name=name)
             return error[0], [], [], error[1]
         return None, formats, codecs, []
 
     def _items(
-        self, plugin: Any, plugin_name: str
+        self, plugin: Any
     ) -> tuple[list[Format], list[Codec], tuple[str, list[_Key]] | None]:
         """Call a registered plugin's hooks; ``(formats, codecs, (error, claimed names))``."""
         found: dict[str, list[Any]] = {"format": [], "codec": []}
@@ -596,7 +595,6 @@ class PluginRegistry:
             raise PluginError(f"{what}() refused {item!r}: {problem.replace('its ', 'the ', 1)}")
         tables = self._ensure()
         with self._lock:
-            self._counter += 1
             caller = sys._getframe(2).f_globals.get("__name__", "?")
             origin = _Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
             claims = _claims(item)
