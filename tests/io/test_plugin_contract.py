@@ -501,3 +501,25 @@ def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
     assert "every array read; the format stores no checksums" in out
     assert "every member is sound" not in out
     assert Unchecked.reads == [["a0"], ["a1"]]
+
+
+def test_a_raising_sniff_costs_only_its_format(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """A plugin whose sniff raises takes no load away from the others; when nothing else
+    recognises a path, its error is named."""
+
+    class Raising(jio.Format):
+        name = "raising-sniff"
+
+        def sniff(self, path: Any) -> bool:
+            raise RuntimeError("sniff bug")
+
+    use(EntryPoint("rs", Dist("dist-rs"), _formats_plugin(Raising())))
+    path = jio.export(VALUE, tmp_path / "ck.zip")
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    (tmp_path / "junk").write_bytes(b"nothing")
+    with pytest.raises(
+        SerializationError, match=r"'raising-sniff' \(dist-rs\) raised RuntimeError"
+    ):
+        jio.load(tmp_path / "junk")

@@ -10,7 +10,10 @@ from typing import Any
 from jaxstruct.io import Codec, hookimpl
 from jaxstruct.registry import SerializationError
 
-__all__ = ["CODECS", "jaxstruct_register_codecs"]
+__all__ = ["CODECS", "JAXSTRUCT_IO_PLUGIN_API", "jaxstruct_register_codecs"]
+
+#: The jaxstruct.io plugin interface this plugin is written for.
+JAXSTRUCT_IO_PLUGIN_API = 1
 
 
 def _tz_encode(tz: dt.tzinfo | None) -> Any:

@@ -127,7 +127,7 @@ def _candidates(path: Any) -> list[Format]:
         owner_error: PluginError | None = None
     except PluginError as err:
         owner, owner_error = None, err
-    if owner is not None and owner.is_directory == is_dir and _sniffs(owner, path):
+    if owner is not None and owner.is_directory == is_dir and _sniffs(owner, path, []):
         return [owner]
     claimed = owner is not None or owner_error is not None
     formats = [f for f in registry.formats.values() if f.is_directory == is_dir]
@@ -137,7 +137,8 @@ def _candidates(path: Any) -> list[Format]:
         found = [f for f in formats if type(f) in _BUILTIN_TYPES and _sniffs(f, path)]
         if found:
             return found
-    found = [f for f in formats if type(f) not in _BUILTIN_TYPES and _sniffs(f, path)]
+    errors: list[str] = []
+    found = [f for f in formats if type(f) not in _BUILTIN_TYPES and _sniffs(f, path, errors)]
     if claimed:
         # The suffix is another format's: only formats claiming it may read the path.
         found = [f for f in found if suffix in (s.lower() for s in f.suffixes)]
@@ -156,22 +157,30 @@ def _candidates(path: Any) -> list[Format]:
     else:
         more = registry.missing_hint()
         hint = f"; {more}" if more else ""
+    if errors:
+        hint += "; " + "; ".join(errors[:3])
     raise SerializationError(
         f"{where}: this {kind} is not a checkpoint of any registered format "
         f"({sorted(registry.formats)}){hint}"
     )
 
 
-def _sniffs(fmt: Format, path: Any) -> bool:
+def _sniffs(fmt: Format, path: Any, errors: list[str] | None = None) -> bool:
+    """Whether ``fmt`` recognises ``path``; a plugin's sniff that raises recognises nothing
+    (its error is noted in ``errors`` for the message if no format recognises the path)."""
     try:
         return bool(fmt.sniff(path))
     except OSError:
         return False
     except Exception as err:
-        raise PluginError(
+        message = (
             f"the sniff() of format {fmt.name!r} ({_source(fmt)}) raised "
             f"{type(err).__name__}: {err}"
-        ) from err
+        )
+        if errors is None:
+            raise PluginError(message) from err
+        errors.append(message)
+        return False
 
 
 def _open_checked(
