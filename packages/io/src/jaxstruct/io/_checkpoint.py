@@ -5,30 +5,29 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from jaxstruct.registry import SerializationError, StructError
+from jaxstruct.registry import SerializationError
 
 from . import _async, _atomic, _gc, _multihost
 from ._async import ExportHandle
-from ._builtin import DirectoryFormat, ZipFormat
-from ._codecs import Codec
+from ._builtin import DirectoryFormat
+from ._contract import write_checked
 from ._decode import Resolver, decode_state
+from ._detect import format_for_export, is_checkpoint, open_checkpoint
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
-from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
+from ._formats import ArraySpec, Format, PendingWrite
 from ._limits import Limits, limits_from_kwargs
-from ._manifest import check_arrays_table, dump_manifest, parse_manifest
-from ._plugins import BLOCK_ENV, PluginError, current_registry
+from ._manifest import check_arrays_table, dump_manifest
+from ._partial import outside_selection, undecoded_codec
 from ._targets import placements
 
 __all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
 
 _COMPRESSIONS = ("auto", "deflate", "none")
-_BUILTIN_TYPES = (DirectoryFormat, ZipFormat)
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -37,229 +36,6 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(path: str) -> bool:
     """Return whether ``path`` looks like a URL (``gs://bucket/ck``, ``memory://x``)."""
     return _URL.match(path) is not None
-
-
-def _format_named(name: str) -> Format:
-    if not isinstance(name, str):
-        raise TypeError(f"format expected a str (a registered format name), got {name!r}")
-    registry = current_registry()
-    fmt = registry.format_named(name)
-    if fmt is None:
-        hint = (
-            "; install jaxstruct-orbax (pip install jaxstruct-orbax) to get it"
-            if name == "orbax"
-            else ""
-        )
-        more = registry.missing_hint()
-        raise SerializationError(
-            f"format={name!r} is not a registered format (registered: "
-            f"{sorted(registry.formats)}){hint}{'; ' + more if more else ''}"
-        )
-    return fmt
-
-
-#: Suffixes of well-known single-file formats: a path ending in one that no
-#: registered format claims is refused instead of becoming a directory.
-FILE_SUFFIXES = frozenset(
-    {
-        ".bin", ".ckpt", ".gz", ".h5", ".hdf5", ".json", ".msgpack", ".nc", ".npy", ".npz",
-        ".onnx", ".pickle", ".pkl", ".pt", ".pth", ".safetensors", ".tar", ".tgz", ".xz",
-        ".zst",
-    }
-)  # fmt: skip
-
-
-def _format_for_export(path: str, name: str | None) -> Format:
-    if name is not None:
-        return _format_named(name)
-    registry = current_registry()
-    suffix = Path(path).suffix.lower() if path else ""
-    if suffix:
-        fmt = registry.format_for_suffix(suffix)
-        if fmt is not None:
-            return fmt
-        if suffix in FILE_SUFFIXES:
-            raise SerializationError(
-                f"{path!r}: no registered format claims the suffix {suffix!r} (nothing was "
-                f"written){_suffix_hint(registry)}; install the plugin that provides it, pass "
-                'format= a registered format, or pass format="directory" to write a '
-                "directory checkpoint under this name"
-            )
-    fmt = registry.format_named("directory")
-    assert fmt is not None
-    return fmt
-
-
-def _suffix_hint(registry: Any) -> str:
-    claimed = sorted(registry.suffixes)
-    more = registry.missing_hint()
-    return f" (claimed: {', '.join(claimed)}){'; ' + more if more else ''}"
-
-
-def _candidates(path: Any) -> list[Format]:
-    """The formats whose ``sniff`` recognises ``path``, best first.
-
-    When several do, those claiming the path's suffix win; a format that does
-    not claim it never takes a path whose suffix another format claims (the
-    built-in zip format does not read a zip-based plugin's ``.npz`` file).
-    """
-    where = repr(str(path))
-    registry = current_registry()
-    if isinstance(path, str):  # a URL: only formats that accept remote paths may claim it
-        found = [f for f in registry.formats.values() if f.remote_paths and _sniffs(f, path)]
-        if not found:
-            raise SerializationError(
-                f"{where}: no registered format that accepts remote paths recognises this as a "
-                "checkpoint (the built-in formats read local paths only; jaxstruct-orbax reads "
-                "the URLs orbax accepts)"
-            )
-        return found
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(f"{where}: no such checkpoint") from None
-    is_dir = stat.S_ISDIR(mode)
-    if not is_dir and not stat.S_ISREG(mode):
-        raise SerializationError(f"{where}: is not a regular file or directory")
-    suffix = path.suffix.lower()
-    try:
-        owner = registry.format_for_suffix(suffix) if suffix else None
-        owner_error: PluginError | None = None
-    except PluginError as err:
-        owner, owner_error = None, err
-    if owner is not None and owner.is_directory == is_dir and _sniffs(owner, path, []):
-        return [owner]
-    claimed = owner is not None or owner_error is not None
-    formats = [f for f in registry.formats.values() if f.is_directory == is_dir]
-    if not claimed:
-        # The built-in formats recognise their files by content (a zip signature,
-        # a manifest.json): one that does wins, whatever a plugin's sniff says.
-        found = [f for f in formats if type(f) in _BUILTIN_TYPES and _sniffs(f, path)]
-        if found:
-            return found
-    errors: list[str] = []
-    found = [f for f in formats if type(f) not in _BUILTIN_TYPES and _sniffs(f, path, errors)]
-    if claimed:
-        # The suffix is another format's: only formats claiming it may read the path.
-        found = [f for f in found if suffix in (s.lower() for s in f.suffixes)]
-    if found:
-        return found
-    if owner_error is not None:
-        raise owner_error
-    kind = "directory" if is_dir else "file"
-    hint = ""
-    if owner is not None:
-        hint = (
-            f"; its suffix {suffix!r} is the {owner.name!r} format's, which does not recognise it"
-        )
-    elif suffix and suffix in FILE_SUFFIXES:
-        hint = f"; no registered format claims the suffix {suffix!r}{_suffix_hint(registry)}"
-    else:
-        more = registry.missing_hint()
-        hint = f"; {more}" if more else ""
-    if errors:
-        hint += "; " + "; ".join(errors[:3])
-    raise SerializationError(
-        f"{where}: this {kind} is not a checkpoint of any registered format "
-        f"({sorted(registry.formats)}){hint}"
-    )
-
-
-def _sniffs(fmt: Format, path: Any, errors: list[str] | None = None) -> bool:
-    """Whether ``fmt`` recognises ``path``; a plugin's sniff that raises recognises nothing
-    (its error is noted in ``errors`` for the message if no format recognises the path)."""
-    try:
-        return bool(fmt.sniff(path))
-    except OSError:
-        return False
-    except Exception as err:
-        message = (
-            f"the sniff() of format {fmt.name!r} ({_source(fmt)}) raised "
-            f"{type(err).__name__}: {err}"
-        )
-        if errors is None:
-            raise PluginError(message) from err
-        errors.append(message)
-        return False
-
-
-def _open_checked(
-    fmt: Format, path: Any, limits: Limits
-) -> tuple[OpenedCheckpoint, dict[str, Any]]:
-    where = repr(str(path))
-    opened = fmt.open(path, limits)
-    try:
-        top = parse_manifest(opened.manifest, where)
-        container = top["container"]
-        if container != fmt.name and container not in getattr(fmt, "also_reads", ()):
-            raise _ContainerMismatch(
-                f"{where}: the manifest says container {container!r} but the file is a "
-                f"{fmt.name!r} checkpoint",
-                container,
-            )
-    except BaseException:
-        opened.close()
-        raise
-    return opened, top
-
-
-class _ContainerMismatch(SerializationError):
-    def __init__(self, message: str, container: Any) -> None:
-        super().__init__(message)
-        self.container = container if isinstance(container, str) else ""
-
-
-def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
-    """Detect the format of ``path``, open it and parse its manifest (arrays are not read).
-
-    When several formats recognise the path and none claims its suffix, each
-    opens it in turn and the one whose name the manifest records wins.
-    """
-    found = _candidates(path)
-    if len(found) == 1:
-        fmt = found[0]
-        try:
-            opened, top = _open_checked(fmt, path, limits)
-        except _ContainerMismatch as err:
-            # A file of a format built on a built-in one (a zip-based container
-            # without a claimed suffix): the format its manifest names reads it.
-            other = current_registry().format_named(err.container)
-            if other is None or other is fmt or not _sniffs(other, path):
-                raise
-            opened, top = _open_checked(other, path, limits)
-            fmt = other
-        return fmt, opened, top
-    matches: list[tuple[Format, OpenedCheckpoint, dict[str, Any]]] = []
-    for fmt in found:
-        try:
-            opened, top = _open_checked(fmt, path, limits)
-        except Exception:
-            continue
-        if top["container"] == fmt.name:
-            matches.append((fmt, opened, top))
-        else:
-            opened.close()
-    if len(matches) == 1:
-        return matches[0]
-    for _, opened, _ in matches:
-        opened.close()
-    registry = current_registry()
-    names = ", ".join(f"{f.name!r} ({registry.source_of('format', f.name)})" for f in found)
-    raise PluginError(
-        f"{str(path)!r}: several formats recognise this path and none claims its suffix: "
-        f"{names}; one of them recognises files that are not its own: block its plugin with "
-        f"{BLOCK_ENV}=<name>, or report it to its authors"
-    )
-
-
-def is_checkpoint(path: Path, fmt: Format) -> bool:
-    """Return whether ``path`` is a readable jaxstruct checkpoint of format ``fmt``."""
-    try:
-        found, opened, _ = open_checkpoint(path, Limits())
-    except (SerializationError, OSError):
-        return False
-    opened.close()
-    return found.name == fmt.name
 
 
 def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -> Any:
@@ -336,78 +112,6 @@ def _publish(
     )
 
 
-def _write_checked(
-    fmt: Format,
-    target: Any,
-    manifest: bytes,
-    arrays: Mapping[str, Any],
-    compression: str,
-    *,
-    publishing: bool,
-) -> None:
-    """Call ``fmt.write`` and check what it made against the format contract.
-
-    A plugin's own exception becomes a :class:`SerializationError` naming the
-    format (with the exception chained); ``OSError`` and our own errors pass
-    through. ``publishing``: ``target`` is a temporary the library publishes
-    afterwards, so a format that made nothing, or the wrong kind of thing, is
-    refused before the previous checkpoint is touched.
-    """
-    try:
-        fmt.write(target, manifest, arrays, compression=compression, step=_atomic.step)
-    except (OSError, StructError):
-        raise
-    except Exception as err:
-        raise SerializationError(
-            f"{str(target)!r}: the {fmt.name!r} format ({_source(fmt)}) failed in write() "
-            f"({type(err).__name__}: {err}); nothing was replaced"
-        ) from err
-    if type(fmt) in _BUILTIN_TYPES or not isinstance(target, Path):
-        return
-    check_written(fmt, target, publishing=publishing)
-
-
-def _source(fmt: Format) -> str:
-    try:
-        return current_registry().source_of("format", fmt.name)
-    except (KeyError, PluginError):
-        return type(fmt).__module__
-
-
-def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
-    """Refuse what a format's ``write`` made at ``path`` if it breaks the contract.
-
-    It must exist, be a directory exactly when the format declares
-    ``is_directory`` (a regular file otherwise), and be recognised by the
-    format's own ``sniff`` (when it has one).
-
-    Raises:
-        SerializationError: naming the format and what is wrong.
-    """
-    who = f"the {fmt.name!r} format ({_source(fmt)})"
-    kept = "; nothing was replaced" if publishing else ""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        raise SerializationError(
-            f"{str(path)!r}: {who} returned from write() without creating the checkpoint"
-            f"{kept}; a format's write() must create the path it is given"
-        ) from None
-    made = "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "special file"
-    declared = "directory" if fmt.is_directory else "file"
-    if made != declared:
-        raise SerializationError(
-            f"{str(path)!r}: {who} declares is_directory={fmt.is_directory}, but its write() "
-            f"created a {made}{kept}; the format must create a {declared} (or declare "
-            f"is_directory={not fmt.is_directory})"
-        )
-    if type(fmt).sniff is not Format.sniff and not _sniffs(fmt, path):
-        raise SerializationError(
-            f"{str(path)!r}: {who} does not recognise (sniff) what its own write() created"
-            f"{kept}; sniff() must recognise a checkpoint by its content, whatever its name"
-        )
-
-
 def _replaces(target: Any, overwrite: bool) -> bool:
     return overwrite and isinstance(target, Path) and os.path.lexists(target)
 
@@ -423,7 +127,7 @@ def _replace_atomically(
     old: Path | None = None
     try:
         try:
-            _write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
+            write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
         except OSError as err:
             raise _disk_error(target, err) from err
         old = _atomic.exchange(tmp, target)
@@ -443,7 +147,7 @@ def _replace_everywhere(
     name = _atomic.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name))
     try:
-        _write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
+        write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
     except BaseException as err:
         if primary:
             _atomic.remove(tmp)
@@ -502,7 +206,7 @@ def _write_everywhere(
                 if pending is not None:
                     return pending
             try:
-                _write_checked(fmt, target, manifest, arrays, compression, publishing=False)
+                write_checked(fmt, target, manifest, arrays, compression, publishing=False)
             except OSError as err:
                 raise _disk_error(target, err) from err
             _atomic.step("published")
@@ -513,7 +217,7 @@ def _write_everywhere(
             target,
             fmt,
             overwrite,
-            lambda tmp: _write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
+            lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
             checked,
             rewrite=None
             if rewrite is None
@@ -531,9 +235,7 @@ def _write_everywhere(
                 target,
                 fmt,
                 overwrite,
-                lambda tmp: _write_checked(
-                    fmt, tmp, manifest, arrays, compression, publishing=True
-                ),
+                lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
                 found,
             )
         except BaseException as err:
@@ -644,7 +346,7 @@ def export(
     if not isinstance(blocking, bool):
         raise TypeError(f"blocking expected a bool, got {blocking!r}")
     text = os.fspath(path)
-    fmt = _format_for_export(text if isinstance(text, str) else "", format)
+    fmt = format_for_export(text if isinstance(text, str) else "", format)
     target = _local_or_url(path, fmt, "export")
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
@@ -806,7 +508,7 @@ def _load(
                     resolver=resolver,
                     limits=lim,
                     source=where,
-                    codec_named=_undecoded_codec,
+                    codec_named=undecoded_codec,
                 )
             except SerializationError:
                 # A converter, validator or migration of the stored classes needs real
@@ -828,62 +530,9 @@ def _load(
         resolver=resolver,
         limits=lim,
         source=where,
-        codec_named=_outside_selection(list(stand_ins.values())) if stand_ins else None,
+        codec_named=outside_selection(list(stand_ins.values())) if stand_ins else None,
     )
     return value if select is None else select(value)
-
-
-def _undecoded_codec(name: str) -> Codec | None:
-    """For a partial restore's skeleton: a codec keeping the stored value, undecoded.
-
-    Its arrays stay visible as leaves of the stand-in (a pytree node), so only
-    a selection that reaches into a codec value reads that value's arrays,
-    and no codec sees abstract arrays.
-    """
-    if current_registry().codec_named(name) is None:
-        return None
-    _register_stand_in()
-    return Codec(name, (CodecStandIn,), encode=lambda v: v, decode=CodecStandIn)
-
-
-def _outside_selection(abstract: list[Any]) -> Callable[[str], Codec | None]:
-    """Codecs for the final decode of a partial restore: a codec value holding an array
-    that was not read (outside the selection) stays undecoded."""
-    import jax
-
-    ids = {id(v) for v in abstract}
-
-    def lookup(name: str) -> Codec | None:
-        codec = current_registry().codec_named(name)
-        if codec is None:
-            return None
-        _register_stand_in()
-
-        def decode(stored: Any) -> Any:
-            leaves = jax.tree_util.tree_leaves(stored)
-            if any(id(leaf) in ids for leaf in leaves):
-                return CodecStandIn(stored)
-            return codec.decode(stored)
-
-        return Codec(name, (*codec.types, CodecStandIn), codec.encode, decode)
-
-    return lookup
-
-
-class CodecStandIn:
-    """A codec value in a partial restore's skeleton: the value as stored, not yet decoded."""
-
-    def __init__(self, stored: Any) -> None:
-        self.stored = stored
-
-
-@functools.cache
-def _register_stand_in() -> None:
-    import jax
-
-    jax.tree_util.register_pytree_node(
-        CodecStandIn, lambda s: ((s.stored,), None), lambda _, kids: CodecStandIn(kids[0])
-    )
 
 
 def _abstract_arrays(table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,27 +27,23 @@ another project's).
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import enum
 import importlib.metadata
-import inspect
 import os
-import pathlib
 import re
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
-import numpy as np
 import pluggy
 from jaxstruct.registry import StructError
 
 from . import hookspecs
 from ._codecs import Codec
 from ._formats import DirectoryFormat, Format, ZipFormat
+from ._plugin_checks import Key, check_hooks, check_item, claimed_by_broken
+from ._plugin_table import BLOCK_ENV, Origin, PluginInfo, Tables, claims_of, key_text, plugin_info
 
 __all__ = [
     "ALLOW_ENV",
@@ -70,8 +66,6 @@ ENTRY_POINT_GROUP = "jaxstruct.io"
 #: Set to ``1`` (or ``true``, ``yes``, ``on``, any value but ``0``, ``false``,
 #: ``no``, ``off`` and the empty string) to load no entry-point plugin at all.
 AUTOLOAD_ENV = "JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD"
-#: Comma-separated entry-point or distribution names of plugins never to load.
-BLOCK_ENV = "JAXSTRUCT_IO_BLOCK_PLUGINS"
 #: Comma-separated entry-point or distribution names: when set, only these load.
 ALLOW_ENV = "JAXSTRUCT_IO_LOAD_PLUGINS"
 #: The plugin interface version this jaxstruct-io provides. A plugin module may
@@ -85,17 +79,6 @@ _RUNTIME = "runtime registration: "
 _OFF_VALUES = frozenset({"", "0", "false", "no", "off"})
 
 hookimpl = pluggy.HookimplMarker("jaxstruct")
-
-_PROJECT = "jaxstruct"
-_HOOK_PREFIX = "jaxstruct_"
-#: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
-_HOOK_NAMES = tuple(
-    sorted(
-        name
-        for name, value in vars(hookspecs).items()
-        if name.startswith(_HOOK_PREFIX) and hasattr(value, f"{_PROJECT}_spec")
-    )
-)
 
 
 class PluginError(StructError, RuntimeError):
@@ -128,162 +111,12 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-@dataclasses.dataclass(frozen=True)
-class PluginInfo:
-    """One plugin as the registry sees it (what ``jaxstruct plugins`` lists).
-
-    Attributes:
-        name: the entry-point name (``"jaxstruct-io-builtins"`` for the built-in
-            formats, ``"register_codec()"``-style names for runtime registrations).
-        distribution: the distribution that advertises it.
-        version: that distribution's version (``""`` if unknown).
-        state: ``"loaded"``, ``"failed"`` (nothing it provides is used) or
-            ``"disabled"`` (blocked, not allowed, or autoloading is off).
-        reason: why it failed or is disabled (``""`` when loaded).
-        formats: the format names it registers, with their suffixes
-            (``"tar (.tar)"``).
-        codecs: the codec names it registers.
-        problems: names of it that clash with another plugin's, one message each.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    state: str
-    reason: str = ""
-    formats: tuple[str, ...] = ()
-    codecs: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """The same information as a JSON-ready dict."""
-        return dataclasses.asdict(self)
-
-    def __str__(self) -> str:
-        version = f" {self.version}" if self.version else ""
-        head = f"{self.name} ({self.distribution}{version}): {self.state}"
-        if self.reason:
-            head += f": {self.reason}"
-        lines = [head]
-        if self.formats:
-            lines.append(f"  formats: {', '.join(self.formats)}")
-        if self.codecs:
-            lines.append(f"  codecs: {', '.join(self.codecs)}")
-        lines += [f"  problem: {problem}" for problem in self.problems]
-        return "\n".join(lines)
-
-
-class _Origin(NamedTuple):
-    """Who registered an item: a plugin (entry point) and its distribution."""
-
-    plugin: str
-    dist: str
-    kind: str  # "builtin", "entrypoint" or "runtime"
-
-    def __str__(self) -> str:
-        if self.kind == "entrypoint":
-            return f"plugin {self.plugin!r} from distribution {self.dist!r}"
-        return repr(self.dist)
-
-
 class _Builtins:
     """The built-in formats, registered through the same hook as any plugin."""
 
     @hookimpl
     def jaxstruct_register_formats(self) -> list[Format]:
         return [DirectoryFormat(), ZipFormat()]
-
-
-_Key = tuple[str, Any]  # ("format" | "codec" | "suffix" | "type", name, suffix or class)
-
-
-def _claims(item: Format | Codec) -> list[_Key]:
-    """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
-    keys: list[_Key]
-    if isinstance(item, Format):
-        keys = [("format", item.name)]
-        keys += [("suffix", s.lower()) for s in item.suffixes]
-    else:
-        keys = [("codec", item.name)]
-        keys += [("type", cls) for cls in item.types]
-    return keys
-
-
-def _key_text(key: _Key) -> str:
-    kind, value = key
-    if kind == "type":
-        return f"codec type {value.__module__}.{value.__qualname__}"
-    if kind == "suffix":
-        return f"suffix {value!r}"
-    return f"{kind} name {value!r}"
-
-
-def _native_reason(cls: type) -> str | None:
-    """Why values of ``cls`` never reach a codec (they are stored natively), or ``None``."""
-    from jaxstruct.registry import is_registered_pytree_type
-
-    native = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
-    if cls in native or cls is np.ndarray or issubclass(cls, np.generic):
-        return f"{cls.__qualname__} values are stored natively"
-    if issubclass(cls, enum.Enum):
-        return "enum members are stored natively (by class and member name)"
-    if cls in (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath):
-        return f"{cls.__qualname__} values are stored natively"
-    if cls in (pathlib.WindowsPath,):  # pragma: no cover - same as above, split for pyright
-        return f"{cls.__qualname__} values are stored natively"
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        return "namedtuples are stored natively (by class and fields)"
-    jax = sys.modules.get("jax")
-    if jax is not None and issubclass(cls, jax.Array):
-        return "JAX arrays are stored natively"
-    if is_registered_pytree_type(cls):
-        return f"{cls.__qualname__} is a registered pytree type (or Struct), stored by its fields"
-    return None
-
-
-def _check_item(item: Any, kind: str) -> str | None:
-    """What is wrong with an item a hook returned, or ``None``."""
-    expected = Format if kind == "format" else Codec
-    if isinstance(item, type):
-        return (
-            f"its {kind} hook returned the class {item.__qualname__} instead of an instance; "
-            f"return {item.__qualname__}()"
-        )
-    if not isinstance(item, expected):
-        return f"its {kind} hook returned {item!r}; expected {expected.__name__} instances"
-    name = item.name
-    if not isinstance(name, str) or not name:
-        return f"its {kind} hook returned {item!r} with an empty name"
-    if isinstance(item, Format):
-        suffixes = item.suffixes
-        if isinstance(suffixes, str) or not all(
-            isinstance(s, str) and s.startswith(".") and len(s) > 1 for s in suffixes
-        ):
-            return (
-                f"format {name!r} has suffixes {suffixes!r}; expected a tuple of strings "
-                "starting with '.' ((\".h5\",))"
-            )
-    else:
-        for cls in item.types:
-            reason = _native_reason(cls)
-            if reason is not None:
-                return (
-                    f"codec {name!r} handles {cls.__qualname__}, but {reason}: it would never run"
-                )
-    return None
-
-
-def _claimed_by_broken(item: Any, kind: str) -> list[_Key]:
-    """The names a refused item would have claimed, where they can be read (class attributes)."""
-    name = getattr(item, "name", None)
-    if not isinstance(name, str) or not name:
-        return []
-    keys: list[_Key] = [(kind, name)]
-    if kind == "format":
-        suffixes = getattr(item, "suffixes", ())
-        if isinstance(suffixes, (tuple, list)):
-            keys += [("suffix", s.lower()) for s in suffixes if isinstance(s, str)]
-    return keys
 
 
 def _dist_of(entry_point: Any) -> tuple[str, str]:
@@ -304,81 +137,6 @@ def _own_version() -> str:
         return importlib.metadata.version("jaxstruct-io")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed
         return ""
-
-
-class _Tables:
-    """One collection of every plugin: who owns which name, and which names are conflicted."""
-
-    def __init__(self) -> None:
-        self.owners: dict[_Key, tuple[Any, _Origin]] = {}
-        self.broken: dict[_Key, str] = {}
-        self.plugins: list[PluginInfo] = []
-        self.messages: list[str] = []
-        self.formats: dict[str, Format] = {}
-        self.codecs: dict[str, Codec] = {}
-        self.by_type: dict[type, Codec] = {}
-        self.by_suffix: dict[str, Format] = {}
-
-    def refresh(self) -> None:
-        """Rebuild the lookup views from ``owners``."""
-        views: dict[str, dict[Any, Any]] = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
-        for (kind, value), (item, _) in self.owners.items():
-            views[kind][value] = item
-        self.formats = views["format"]
-        self.codecs = views["codec"]
-        self.by_type = views["type"]
-        self.by_suffix = views["suffix"]
-
-    def _drop(self, item: Any, message: str) -> None:
-        """Remove every claim of ``item``, marking each conflicted with ``message``."""
-        for key in [k for k, (owner, _) in self.owners.items() if owner is item]:
-            del self.owners[key]
-            self.broken[key] = message
-
-    def merge(self, item: Format | Codec, origin: _Origin) -> list[str]:
-        """Add ``item`` (already checked); return one message per clash it ran into."""
-        claims = _claims(item)
-        problems: list[str] = []
-        name_key = claims[0]
-        if name_key in self.broken:
-            message = f"{self.broken[name_key]}; {origin} registers it too"
-            for key in claims:
-                self.broken.setdefault(key, message)
-            self.broken[name_key] = message
-            return [message]
-        other = self.owners.get(name_key)
-        if other is not None:
-            message = _clash(name_key, other[1], origin)
-            if other[1].kind == "entrypoint":
-                self._drop(other[0], message)
-                for key in claims:
-                    self.broken.setdefault(key, message)
-            return [message]
-        self.owners[name_key] = (item, origin)
-        for key in claims[1:]:
-            if key in self.broken:
-                self.broken[key] = f"{self.broken[key]}; {origin} claims it too"
-                problems.append(self.broken[key])
-                continue
-            other = self.owners.get(key)
-            if other is None:
-                self.owners[key] = (item, origin)
-                continue
-            message = _clash(key, other[1], origin)
-            problems.append(message)
-            if other[1].kind == "entrypoint":
-                del self.owners[key]
-                self.broken[key] = message
-        return problems
-
-
-def _clash(key: _Key, first: _Origin, second: _Origin) -> str:
-    fix = (
-        f"uninstall one of them, or block one with {BLOCK_ENV}=<plugin or distribution name>"
-        if first.kind == "entrypoint"
-        else f"the {'built-in' if first.kind == 'builtin' else 'registered'} one is kept"
-    )
-    return f"{_key_text(key)} is registered by both {first} and {second}; {fix}"
 
 
 class PluginRegistry:
@@ -419,8 +177,8 @@ class PluginRegistry:
         self._block = None if block is None else frozenset(map(_normal, block))
         self._allow = None if allow is None else frozenset(map(_normal, allow))
         self._lock = threading.RLock()
-        self._tables: _Tables | None = None
-        self._runtime: list[tuple[Format | Codec, _Origin]] = []
+        self._tables: Tables | None = None
+        self._runtime: list[tuple[Format | Codec, Origin]] = []
 
     @property
     def autoload(self) -> bool:
@@ -429,7 +187,7 @@ class PluginRegistry:
 
     # -- collecting ----------------------------------------------------------------
 
-    def _ensure(self) -> _Tables:
+    def _ensure(self) -> Tables:
         tables = self._tables
         if tables is not None:
             return tables
@@ -453,17 +211,17 @@ class PluginRegistry:
             self._tables = None
         self._ensure()
 
-    def _build(self) -> _Tables:
-        tables = _Tables()
+    def _build(self) -> Tables:
+        tables = Tables()
         builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
-        origin = _Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
+        origin = Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
         formats, codecs, error = self._items(builtins)
         if error is not None:  # pragma: no cover - the built-ins never fail
             raise PluginError(f"the built-in formats failed: {error}")
         for item in (*formats, *codecs):
             tables.merge(item, origin)
         tables.plugins.append(
-            _info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", formats, codecs)
+            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", formats, codecs)
         )
         if self.autoload:
             self._load_entry_points(tables)
@@ -484,7 +242,7 @@ class PluginRegistry:
             return f"not in the allow list ({ALLOW_ENV} or allow=)"
         return None
 
-    def _load_entry_points(self, tables: _Tables) -> None:
+    def _load_entry_points(self, tables: Tables) -> None:
         try:
             entry_points = list(self._entry_points())
         except Exception as err:
@@ -495,16 +253,18 @@ class PluginRegistry:
             return
         for ep in entry_points:
             dist, version = _dist_of(ep)
-            origin = _Origin(str(ep.name), dist, "entrypoint")
+            origin = Origin(str(ep.name), dist, "entrypoint")
             disabled = self._listed(ep.name, dist)
             if disabled is not None:
-                tables.plugins.append(_info(ep.name, dist, version, "disabled", reason=disabled))
+                tables.plugins.append(
+                    plugin_info(ep.name, dist, version, "disabled", reason=disabled)
+                )
                 continue
             reason, formats, codecs, claimed = self._load_one(ep, origin)
             if reason is not None:
                 message = f"{origin} failed and is not used: {reason}"
                 tables.messages.append(message)
-                tables.plugins.append(_info(ep.name, dist, version, "failed", reason=reason))
+                tables.plugins.append(plugin_info(ep.name, dist, version, "failed", reason=reason))
                 for key in claimed:
                     if key not in tables.owners and key not in tables.broken:
                         tables.broken[key] = message
@@ -514,12 +274,12 @@ class PluginRegistry:
                 problems += tables.merge(item, origin)
             tables.messages += problems
             tables.plugins.append(
-                _info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
+                plugin_info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
             )
 
     def _load_one(
-        self, ep: Any, origin: _Origin
-    ) -> tuple[str | None, list[Format], list[Codec], list[_Key]]:
+        self, ep: Any, origin: Origin
+    ) -> tuple[str | None, list[Format], list[Codec], list[Key]]:
         """Import and register one entry point; ``(why it failed, formats, codecs, claims)``."""
         try:
             plugin = ep.load()
@@ -545,11 +305,11 @@ class PluginRegistry:
                 [],
                 [],
             )
+        problem = check_hooks(plugin)
+        if problem is not None:
+            return problem, [], [], []
         try:
-            _check_hooks(plugin)
             self.manager.register(plugin, name=name)
-        except PluginError as err:
-            return str(err), [], [], []
         except pluggy.PluginValidationError as err:
             return (
                 f"a hook implementation does not fit its hook specification ({err}); its "
@@ -564,9 +324,7 @@ class PluginRegistry:
             return error[0], [], [], error[1]
         return None, formats, codecs, []
 
-    def _items(
-        self, plugin: Any
-    ) -> tuple[list[Format], list[Codec], tuple[str, list[_Key]] | None]:
+    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec], tuple[str, list[Key]] | None]:
         """Call a registered plugin's hooks; ``(formats, codecs, (error, claimed names))``."""
         found: dict[str, list[Any]] = {"format": [], "codec": []}
         for hook, kind in (
@@ -581,23 +339,23 @@ class PluginRegistry:
                 except Exception as err:
                     return [], [], (f"its {kind} hook raised {type(err).__name__}: {err}", [])
                 for item in items:
-                    problem = _check_item(item, kind)
+                    problem = check_item(item, kind)
                     if problem is not None:
-                        claimed = [k for it in items for k in _claimed_by_broken(it, kind)]
+                        claimed = [k for it in items for k in claimed_by_broken(it, kind)]
                         return [], [], (problem, claimed)
                 found[kind] += items
         return found["format"], found["codec"], None
 
     def _register_single(self, item: Format | Codec, what: str) -> None:
         kind = "format" if isinstance(item, Format) else "codec"
-        problem = _check_item(item, kind)
+        problem = check_item(item, kind)
         if problem is not None:
             raise PluginError(f"{what}() refused {item!r}: {problem.replace('its ', 'the ', 1)}")
         tables = self._ensure()
         with self._lock:
             caller = sys._getframe(2).f_globals.get("__name__", "?")
-            origin = _Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
-            claims = _claims(item)
+            origin = Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
+            claims = claims_of(item)
             previous = tables.owners.get(claims[0])
             if previous is not None and previous[1] == origin:
                 # The same register_*() call site running again (a re-run notebook
@@ -607,13 +365,11 @@ class PluginRegistry:
                 self._runtime = [(i, o) for i, o in self._runtime if i is not previous[0]]
             for key in claims:
                 if key in tables.broken:
-                    raise PluginError(
-                        f"{_key_text(key)} cannot be registered: {tables.broken[key]}"
-                    )
+                    raise PluginError(f"{key_text(key)} cannot be registered: {tables.broken[key]}")
                 other = tables.owners.get(key)
                 if other is not None:
                     raise PluginError(
-                        f"{_key_text(key)} is registered by both {other[1]} and {origin}; "
+                        f"{key_text(key)} is registered by both {other[1]} and {origin}; "
                         "choose another name (or type)"
                         if key[0] != "type"
                         else f"{kind} {item.name!r} from {origin} and {kind} "
@@ -647,14 +403,14 @@ class PluginRegistry:
         out = list(tables.plugins)
         for item, origin in self._runtime:
             formats, codecs = ([item], []) if isinstance(item, Format) else ([], [item])
-            out.append(_info(origin.plugin, origin.dist, "", "loaded", formats, codecs))
+            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", formats, codecs))
         return out
 
     def source_of(self, kind: str, name: str) -> str:
         """Return the distribution (or description) that registered a format or codec."""
         return self._ensure().owners[(kind, name)][1].dist
 
-    def _lookup(self, key: _Key) -> Any:
+    def _lookup(self, key: Key) -> Any:
         tables = self._ensure()
         message = tables.broken.get(key)
         if message is not None:
@@ -717,85 +473,9 @@ class PluginRegistry:
         return "; ".join(parts)
 
 
-def _info(  # noqa: PLR0917 - one call shape for every plugin kind
-    name: str,
-    dist: str,
-    version: str,
-    state: str,
-    formats: Iterable[Format] = (),
-    codecs: Iterable[Codec] = (),
-    *,
-    reason: str = "",
-    problems: Iterable[str] = (),
-) -> PluginInfo:
-    return PluginInfo(
-        name=str(name),
-        distribution=dist,
-        version=version,
-        state=state,
-        reason=reason,
-        formats=tuple(
-            f"{f.name} ({', '.join(f.suffixes)})" if f.suffixes else f.name for f in formats
-        ),
-        codecs=tuple(c.name for c in codecs),
-        problems=tuple(problems),
-    )
-
-
 def _warn(messages: list[str]) -> None:
     for message in messages:
         warnings.warn(message, PluginWarning, stacklevel=4)
-
-
-def _impl_markers(function: Any) -> list[str]:
-    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
-    found = []
-    for attr, value in getattr(function, "__dict__", {}).items():
-        if attr.endswith("_impl") and isinstance(value, dict):
-            found.append(attr[: -len("_impl")])
-    return sorted(found)
-
-
-def _check_hooks(plugin: Any) -> None:
-    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
-
-    pluggy registers a marked function under any name (an unknown hook only
-    shows up in ``check_pending``) and ignores a ``jaxstruct_*`` function that
-    lacks our marker; either way the plugin's author would never learn that
-    the hook does not run.
-
-    Raises:
-        PluginError: naming the hook (the caller names the plugin).
-    """
-    who = "it"
-    hooks = ", ".join(_HOOK_NAMES)
-    for name in dir(plugin):
-        try:
-            function = getattr(plugin, name)
-        except Exception:  # a property that fails; pluggy skips those too
-            continue
-        if not inspect.isroutine(function):
-            continue
-        markers = _impl_markers(function)
-        if _PROJECT in markers:
-            if name not in _HOOK_NAMES:
-                close = difflib.get_close_matches(name, _HOOK_NAMES, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise PluginError(
-                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
-                    f"rename it to one of: {hooks}"
-                )
-        elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
-            what = (
-                f"carries the hookimpl marker of {', '.join(map(repr, markers))} instead of "
-                "jaxstruct's"
-                if markers
-                else "has no hookimpl marker"
-            )
-            raise PluginError(
-                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
-                "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
-            )
 
 
 _registry: PluginRegistry | None = None
