@@ -27,8 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``0``: done (and with ``--verify``, every member is sound); ``1``:
     ``--verify`` found bad members (each is named on stderr); ``2``: the
-    checkpoint could not be read. Output cut short by its reader (``| head``)
-    ends the command quietly.
+    checkpoint could not be read. ``jaxstruct plugins`` exits with ``0``.
+    Output cut short by its reader (``| head``) ends the command quietly.
 
     Example:
         >>> main(["inspect", "/nonexistent/checkpoint"])

@@ -150,7 +150,13 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 
 
 class OpenedCheckpoint:
-    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand."""
+    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
+
+    A format storing checksums may also define ``verify(table) -> list[str]``,
+    checking every array against its checksum (one message per bad array);
+    ``jaxstruct inspect --verify`` uses it. Without it, ``--verify`` reads the
+    arrays one at a time and reports that no checksums were checked.
+    """
 
     manifest: bytes
 
@@ -162,8 +168,10 @@ class OpenedCheckpoint:
                 check it against what the container holds.
             wanted: the keys to read (a subset for partial restore; other keys
                 are never read) mapped to a placement: ``None`` for a host
-                NumPy array, a ``jax.sharding.Sharding`` for a ``jax.Array``
-                with exactly that sharding (use :func:`place` as a fallback).
+                NumPy array with a 64-byte aligned buffer (allocate it with
+                :func:`empty_array`), a ``jax.sharding.Sharding`` for a
+                ``jax.Array`` with exactly that sharding (use :func:`place` as
+                a fallback).
 
         Returns:
             ``key -> array`` for every key of ``wanted``.
@@ -229,6 +237,14 @@ class Format:
         ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
         user holds them (possibly sharded); write them shard by shard
         (:func:`host_pieces`), never gathering a sharded array into one buffer.
+        The keys are opaque; :func:`jaxstruct.io.array_paths` of ``manifest``
+        names each array by its tree path. Keep each array's memory order and
+        store a checksum per array.
+
+        Before publishing, ``export`` checks that ``target`` exists, is a
+        directory exactly when :attr:`is_directory` says so, and is recognised
+        by :meth:`sniff`; otherwise nothing is replaced and the export raises
+        ``SerializationError`` naming this format.
         """
         raise NotImplementedError
 
@@ -251,7 +267,9 @@ class Format:
     def sniff(self, path: Any) -> bool:
         """Return whether ``path`` (an existing file or directory) looks like this format.
 
-        The default claims nothing, so a write-only format never captures a load.
+        Judge by content, not by name: ``export`` asks it about the temporary
+        :meth:`write` created, whose name is not the user's. The default
+        claims nothing, so a write-only format never captures a load.
         """
         return False
 

@@ -465,7 +465,8 @@ class PluginRegistry:
             )
             parts.append(f"a plugin that failed to load may provide it: {listed}")
         if not self.autoload:
-            parts.append(f"plugin autoloading is switched off ({AUTOLOAD_ENV} is set)")
+            why = f"{AUTOLOAD_ENV} is set" if self._autoload is None else "autoload=False"
+            parts.append(f"plugin autoloading is switched off ({why})")
         disabled = [p for p in tables.plugins if p.state == "disabled"]
         if disabled and self.autoload:
             names = ", ".join(repr(p.name) for p in disabled[:5])
