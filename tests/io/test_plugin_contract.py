@@ -216,7 +216,10 @@ def test_a_write_creating_nothing_fails_in_the_background_too(
     path = jio.export(VALUE, tmp_path / "c.lazy")
     fmt.misbehave = True
     handle = jio.export({"w": np.zeros(1)}, path, overwrite=True, blocking=False)
-    with pytest.raises(SerializationError, match=r"'lazy' format \(dist-lazy\).*without creating"):
+    with pytest.raises(
+        SerializationError,
+        match=r"'lazy' format \(plugin 'lazy' from distribution 'dist-lazy'\).*without creating",
+    ):
         handle.wait(timeout=60)
     assert handle.done()
     np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
@@ -520,6 +523,35 @@ def test_a_raising_sniff_costs_only_its_format(
     np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
     (tmp_path / "junk").write_bytes(b"nothing")
     with pytest.raises(
-        SerializationError, match=r"'raising-sniff' \(dist-rs\) raised RuntimeError"
+        SerializationError,
+        match=r"'raising-sniff' \(plugin 'rs' from distribution 'dist-rs'\) raised RuntimeError",
     ):
         jio.load(tmp_path / "junk")
+
+
+def test_a_directory_format_writing_a_file_is_refused(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """is_directory=True but write() makes a file: refused, the previous checkpoint kept."""
+    from jaxstruct.io._formats import DirectoryFormat
+
+    class FileMaker(DirectoryFormat):
+        name = "filemaker"
+        suffixes = (".fm",)
+        misbehave = False
+
+        def write(self, target: Any, manifest: bytes, arrays: Any, **kw: Any) -> None:
+            if not self.misbehave:
+                super().write(target, manifest, arrays, **kw)
+            else:
+                Path(target).write_bytes(manifest)
+
+    fmt = FileMaker()
+    use(EntryPoint("fm", Dist("dist-fm"), _formats_plugin(fmt)))
+    path = jio.export(VALUE, tmp_path / "c.fm")
+    fmt.misbehave = True
+    with pytest.raises(SerializationError, match=r"is_directory=True.*created a file"):
+        jio.export({"w": np.zeros(1)}, path, overwrite=True)
+    assert path.is_dir()
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.fm"]

@@ -105,6 +105,8 @@ SCRIPT = textwrap.dedent(
         attempt(f"{suffix}-new-absent",
                 lambda suffix=suffix: sorted(p.name for p in tmp.glob(f"*n.{suffix}*")))
 
+    (tmp / "emptydir").mkdir()
+    attempt("greedy-claims-a-stray-directory", lambda: jio.load(tmp / "emptydir"))
     for name in ("d", "z.zip", "t.tar", "o.ownone"):
         attempt(f"again {name}", lambda name=name: stored(name))
     attempt("plugins", lambda: [p.to_json() for p in jio.current_registry().plugins()])
@@ -258,6 +260,19 @@ def test_names_of_a_failed_plugin_raise_its_error(outcome: dict[str, Any]) -> No
 def test_an_unknown_format_names_the_failed_plugins(outcome: dict[str, Any]) -> None:
     """format= a name nobody registers: the failed plugins that may provide it are named."""
     _failed(outcome, "unknown-format", "SerializationError", "'badimport'", "'jsx-bad-import'")
+
+
+def test_a_greedy_sniff_is_named_where_it_claims_a_path(outcome: dict[str, Any]) -> None:
+    """A directory no built-in recognises goes to the greedy format, whose failure to open it
+    is a SerializationError naming the format and its distribution (not its RuntimeError)."""
+    _failed(
+        outcome,
+        "greedy-claims-a-stray-directory",
+        "SerializationError",
+        "'jsx-greedy-dir'",
+        "'jsx-greedy'",
+        "RuntimeError",
+    )
 
 
 def test_a_plugin_exception_in_write_is_wrapped(outcome: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from jaxstruct.registry import SerializationError
+from jaxstruct.registry import SerializationError, StructError
 
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format, OpenedCheckpoint
@@ -186,7 +186,15 @@ def _open_checked(
     fmt: Format, path: Any, limits: Limits
 ) -> tuple[OpenedCheckpoint, dict[str, Any]]:
     where = repr(str(path))
-    opened = fmt.open(path, limits)
+    try:
+        opened = fmt.open(path, limits)
+    except (OSError, StructError):
+        raise
+    except Exception as err:
+        raise SerializationError(
+            f"{where}: the {fmt.name!r} format ({source_of(fmt)}) failed to open it "
+            f"({type(err).__name__}: {err})"
+        ) from err
     try:
         top = parse_manifest(opened.manifest, where)
         container = top["container"]
@@ -264,6 +272,6 @@ def is_checkpoint(path: Path, fmt: Format) -> bool:
 def source_of(fmt: Format) -> str:
     """The distribution (or description) that registered ``fmt``, for messages."""
     try:
-        return current_registry().source_of("format", fmt.name)
+        return current_registry().describe_source("format", fmt.name)
     except (KeyError, PluginError):
         return type(fmt).__module__

@@ -410,6 +410,10 @@ class PluginRegistry:
         """Return the distribution (or description) that registered a format or codec."""
         return self._ensure().owners[(kind, name)][1].dist
 
+    def describe_source(self, kind: str, name: str) -> str:
+        """Who registered a format or codec, for messages (``plugin 'x' from distribution 'y'``)."""
+        return str(self._ensure().owners[(kind, name)][1])
+
     def _lookup(self, key: Key) -> Any:
         tables = self._ensure()
         message = tables.broken.get(key)
