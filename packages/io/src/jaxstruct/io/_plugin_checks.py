@@ -41,9 +41,13 @@ def native_reason(cls: type) -> str | None:
         return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, enum.Enum):
         return "enum members are stored natively (by class and member name)"
-    if cls in (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath):
-        return f"{cls.__qualname__} values are stored natively"
-    if cls in (pathlib.WindowsPath,):  # pragma: no cover - same as above, split for pyright
+    paths: tuple[type, ...] = (
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+        pathlib.PosixPath,
+        pathlib.WindowsPath,
+    )
+    if cls in paths:
         return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "namedtuples are stored natively (by class and fields)"
