@@ -9,6 +9,7 @@ from ._formats import (
     Format,
     OpenedCheckpoint,
     PendingWrite,
+    empty_array,
     host_array,
     host_pieces,
     place,
@@ -16,11 +17,18 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._paths import ManifestNode, array_paths, walk
 from ._plugins import (
+    ALLOW_ENV,
     AUTOLOAD_ENV,
+    BLOCK_ENV,
     ENTRY_POINT_GROUP,
+    PLUGIN_API_VERSION,
     PluginError,
+    PluginInfo,
     PluginRegistry,
+    PluginWarning,
+    current_registry,
     hookimpl,
     register_codec,
     register_format,
@@ -28,8 +36,11 @@ from ._plugins import (
 from ._state import from_state_dict, to_state_dict
 
 __all__ = [
+    "ALLOW_ENV",
     "AUTOLOAD_ENV",
+    "BLOCK_ENV",
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
     "ArraySpec",
     "CheckpointInfo",
     "CheckpointManager",
@@ -38,10 +49,16 @@ __all__ = [
     "ExportHandle",
     "Format",
     "Limits",
+    "ManifestNode",
     "OpenedCheckpoint",
     "PendingWrite",
     "PluginError",
+    "PluginInfo",
     "PluginRegistry",
+    "PluginWarning",
+    "array_paths",
+    "current_registry",
+    "empty_array",
     "export",
     "from_state_dict",
     "hookimpl",
@@ -53,4 +70,5 @@ __all__ = [
     "register_codec",
     "register_format",
     "to_state_dict",
+    "walk",
 ]

@@ -26,7 +26,8 @@ from jaxstruct.registry import SerializationError
 from . import _atomic, _multihost
 from ._async import ExportHandle
 from ._atomic import fsync_dir
-from ._checkpoint import _format_named, export, is_url, load
+from ._checkpoint import export, is_url, load
+from ._detect import format_named
 
 __all__ = ["CheckpointManager"]
 
@@ -103,7 +104,7 @@ class CheckpointManager:
                 "local (or mounted) directory and cannot list or prune a URL; give a local path, "
                 'or export/load each step to the URL yourself with format="orbax"'
             )
-        self._format = _format_named(format or "directory")
+        self._format = format_named(format or "directory")
         self.format = self._format.name
         self.directory = Path(os.fspath(directory)).absolute()
         self.keep = keep

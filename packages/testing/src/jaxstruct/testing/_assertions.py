@@ -51,7 +51,8 @@ def assert_roundtrip(
 
     Args:
         x: a struct instance (or any value ``jaxstruct.io`` can serialise).
-        formats: which of ``"state_dict"``, ``"directory"`` and ``"zip"`` to check.
+        formats: which of ``"state_dict"``, ``"directory"`` and ``"zip"`` to check;
+            any registered format's name (a plugin's: ``"tar"``) is accepted too.
         tmp_path: where to write the checkpoints; a temporary directory by default.
 
     Raises:
@@ -70,12 +71,14 @@ def assert_roundtrip(
         >>> assert_roundtrip(State(w=np.arange(3.0)))
     """
     wanted = tuple(formats)
-    unknown = [f for f in wanted if f not in FORMATS]
+    io = _io()
+    known = ("state_dict", *io.current_registry().formats)
+    unknown = [f for f in wanted if f not in known]
     if unknown:
         raise ValueError(
-            f"assert_roundtrip(): unknown format(s) {unknown!r}; expected some of {FORMATS!r}"
+            f"assert_roundtrip(): unknown format(s) {unknown!r}; expected some of {known!r} "
+            '("state_dict" or a registered format)'
         )
-    io = _io()
     if "state_dict" in wanted:
         restored = io.from_state_dict(io.to_state_dict(x))
         _check(x, restored, "state_dict")
@@ -90,9 +93,12 @@ def assert_roundtrip(
 
 
 def _check_files(io: Any, x: Any, root: Path, files: list[str]) -> None:
+    registered = io.current_registry().formats
     for fmt in files:
-        target = root / ("checkpoint.zip" if fmt == "zip" else "checkpoint")
-        io.export(x, target, overwrite=True)
+        suffixes = registered[fmt].suffixes
+        stem = "checkpoint" if fmt in FORMATS else f"checkpoint-{fmt}"
+        target = root / f"{stem}{suffixes[0] if suffixes else ''}"
+        io.export(x, target, format=fmt, overwrite=True)
         _check(x, io.load(target), fmt)
 
 
