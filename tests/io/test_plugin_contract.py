@@ -17,7 +17,7 @@ import jaxstruct.io as jio
 import numpy as np
 import pytest
 from jaxstruct.io import Codec, PluginError, PluginRegistry, PluginWarning, hookimpl
-from jaxstruct.io._formats import ZipFormat
+from jaxstruct.io._builtin import ZipFormat
 from jaxstruct.io._paths import array_paths, walk
 from jaxstruct.registry import SerializationError
 
@@ -533,7 +533,7 @@ def test_a_directory_format_writing_a_file_is_refused(
     use: Callable[..., PluginRegistry], tmp_path: Path
 ) -> None:
     """is_directory=True but write() makes a file: refused, the previous checkpoint kept."""
-    from jaxstruct.io._formats import DirectoryFormat
+    from jaxstruct.io._builtin import DirectoryFormat
 
     class FileMaker(DirectoryFormat):
         name = "filemaker"

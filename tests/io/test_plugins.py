@@ -103,7 +103,7 @@ def test_duplicate_format_name_with_builtin_is_an_error() -> None:
     ep = FakeEntryPoint("f", FakeDist("dist-fmt"), plugin=plugin)
     reg = PluginRegistry(entry_points=lambda: [ep], autoload=True)
     with pytest.warns(PluginWarning, match=r"built-in.*'dist-fmt'.*the built-in one is kept"):
-        assert type(reg.formats["zip"]) is jio._formats.ZipFormat
+        assert type(reg.formats["zip"]) is jio._builtin.ZipFormat
     assert reg.source_of("format", "zip") == "jaxstruct-io (built-in)"
 
 

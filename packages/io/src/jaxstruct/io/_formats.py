@@ -19,12 +19,10 @@ from ._limits import Limits
 
 __all__ = [
     "ArraySpec",
-    "DirectoryFormat",
     "Format",
     "OpenedCheckpoint",
     "PendingWrite",
     "Placement",
-    "ZipFormat",
     "aligned_empty",
     "empty_array",
     "host_array",
@@ -276,8 +274,3 @@ class Format:
     def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Open ``path`` for reading, enforcing ``limits`` before allocating."""
         raise NotImplementedError
-
-
-# The built-in formats live in ``_builtin``; importing them here keeps
-# ``from ._formats import DirectoryFormat, ZipFormat`` working.
-from ._builtin import DirectoryFormat, ZipFormat  # noqa: E402

@@ -40,8 +40,9 @@ import pluggy
 from jaxstruct.registry import StructError
 
 from . import hookspecs
+from ._builtin import DirectoryFormat, ZipFormat
 from ._codecs import Codec
-from ._formats import DirectoryFormat, Format, ZipFormat
+from ._formats import Format
 from ._plugin_checks import Key, check_hooks, check_item, claimed_by_broken
 from ._plugin_table import BLOCK_ENV, Origin, PluginInfo, Tables, claims_of, key_text, plugin_info
 
