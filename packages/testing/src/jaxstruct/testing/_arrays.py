@@ -21,9 +21,13 @@ __all__ = [
     "ArrayRequest",
     "array_request",
     "arrays_for",
+    "fixed_dim",
     "floats_of_width",
     "is_array_annotation",
+    "is_key_array",
     "jax_dtypes_ok",
+    "key_impl_of",
+    "key_request",
 ]
 
 # Dtypes drawn when an annotation does not pin one. bfloat16 is made by viewing
@@ -59,7 +63,7 @@ class ArrayRequest:
     __slots__ = ("dims", "dtypes", "kind")
 
     def __init__(self, kind: str, dtypes: tuple[str, ...], dims: tuple[Any, ...] | None) -> None:
-        self.kind = kind  # "numpy", "jax" or "any"
+        self.kind = kind  # "numpy", "jax", "any", or "key" (typed PRNG keys; dtypes: (impl,))
         self.dtypes = dtypes
         self.dims = dims  # None: any small shape; else jaxtyping dims
 
@@ -101,6 +105,9 @@ def array_request(annotation: Any) -> ArrayRequest | None:
     base = _jaxtyping_base()
     if base is not None and isinstance(annotation, type) and issubclass(annotation, base):
         dtypes = getattr(annotation, "dtypes", None)
+        impl = _key_impl_named(dtypes)
+        if impl is not None:
+            return ArrayRequest("key", (impl,), annotation.dims)
         if not isinstance(dtypes, tuple | list):
             wanted: tuple[str, ...] = DEFAULT_DTYPES  # jaxtyping's "any dtype" (Shaped)
         else:
@@ -109,6 +116,58 @@ def array_request(annotation: Any) -> ArrayRequest | None:
             _kind_of(getattr(annotation, "array_type", None)), wanted, annotation.dims
         )
     return None
+
+
+def _key_impl_named(dtypes: Any) -> str | None:
+    """For a typed-key annotation (jaxtyping ``Key``): the implementation it names, or ``""``.
+
+    jaxtyping's ``Key`` lists the dtype ``"prng_key"`` (any implementation); a
+    dtype string such as ``"key<rbg>"`` names one (``""`` means JAX's default).
+    """
+    if not isinstance(dtypes, tuple | list):
+        return None
+    for name in dtypes:
+        if name == "prng_key":
+            return ""
+        if isinstance(name, str) and name.startswith("key<") and name.endswith(">"):
+            return {"fry": "threefry2x32"}.get(name[4:-1], name[4:-1])
+    return None
+
+
+def is_key_array(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of typed PRNG keys (``jax.random.key``)."""
+    if "jax" not in sys.modules or isinstance(value, np.ndarray | np.generic):
+        return False
+    import jax
+
+    return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
+def key_impl_of(key: Any) -> str:
+    """The name of a typed key array's implementation (``"threefry2x32"``, ``"rbg"``, ...)."""
+    import jax
+
+    return str(jax.random.key_impl(key))
+
+
+class _Fixed:
+    """A fixed size in the form jaxtyping's dims take (read by :func:`_shape`)."""
+
+    __slots__ = ("broadcastable", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.broadcastable = False
+
+
+def fixed_dim(size: int) -> Any:
+    """A dimension of exactly ``size`` for an :class:`ArrayRequest`'s ``dims``."""
+    return _Fixed(size)
+
+
+def key_request(impl: str = "", dims: tuple[Any, ...] | None = ()) -> ArrayRequest:
+    """A request for typed PRNG keys of implementation ``impl`` (``""``: JAX's default)."""
+    return ArrayRequest("key", (impl,), dims)
 
 
 _DRAWABLE = frozenset(
@@ -141,7 +200,7 @@ def _shape(
     for dim in dims:
         kind = type(dim).__name__
         name: Any = getattr(dim, "name", None)
-        if kind == "_FixedDim":
+        if kind in ("_FixedDim", "_Fixed"):
             size = dim.size
             shape.append(1 if dim.broadcastable and draw(st.booleans()) else size)
         elif kind == "_NamedDim":
@@ -214,8 +273,24 @@ def _draw_array(
     return value
 
 
+@st.composite
+def _draw_key(draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, Any]) -> Any:
+    """Typed PRNG keys: ``jax.random.key(seed)``, or key data wrapped for a batch of keys."""
+    import jax
+
+    impl = request.dtypes[0] or None
+    shape = _shape(request.dims, sizes, draw)
+    if shape == ():
+        return jax.random.key(draw(st.integers(0, 2**32 - 1)), impl=impl)
+    data_shape = jax.random.key_data(jax.random.key(0, impl=impl)).shape
+    data = draw(hnp.arrays(np.uint32, shape + data_shape))
+    return jax.random.wrap_key_data(data, impl=impl)
+
+
 def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Return a strategy of arrays satisfying ``request``; ``sizes`` shares named dims."""
+    if request.kind == "key":
+        return _draw_key(request, sizes)
     if request.kind == "any":
         return st.sampled_from(("numpy", "jax")).flatmap(
             lambda kind: _draw_array(request, sizes, kind)

@@ -10,6 +10,8 @@ from typing import Any
 import jaxstruct.core as js
 import numpy as np
 
+from ._arrays import is_key_array
+
 __all__ = ["first_difference"]
 
 
@@ -21,7 +23,24 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, jax.Array)
 
 
+def _key_difference(a: Any, b: Any, path: str) -> str | None:
+    """Typed PRNG keys: NumPy cannot hold them, so compare implementation and key data."""
+    import jax
+
+    if not (is_key_array(a) and is_key_array(b)):
+        return f"{path}: dtype {a.dtype} != {b.dtype}"
+    impl_a, impl_b = jax.random.key_impl(a), jax.random.key_impl(b)
+    if impl_a != impl_b:
+        return f"{path}: PRNG key implementation {impl_a} != {impl_b}"
+    if a.shape != b.shape:
+        return f"{path}: shape {a.shape} != {b.shape}"
+    found = _array_difference(jax.random.key_data(a), jax.random.key_data(b), path)
+    return None if found is None else found.replace(f"{path}:", f"{path} (key data):", 1)
+
+
 def _array_difference(a: Any, b: Any, path: str) -> str | None:
+    if is_key_array(a) or is_key_array(b):
+        return _key_difference(a, b, path)
     x, y = np.asarray(a), np.asarray(b)
     if x.dtype != y.dtype:
         return f"{path}: dtype {x.dtype} != {y.dtype}"
@@ -54,7 +73,8 @@ def first_difference(
 
     Types must match exactly (a NumPy array is not a JAX array), arrays must
     agree in dtype, shape and bits, floats bit for bit (so ``-0.0 != 0.0`` and
-    ``nan == nan``). Structs are compared field by field; with
+    ``nan == nan``); typed PRNG keys (``jax.random.key``) in implementation,
+    shape and key data. Structs are compared field by field; with
     ``serialized_only`` fields that are not serialised are skipped.
 
     Example:

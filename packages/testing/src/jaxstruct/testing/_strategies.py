@@ -14,7 +14,17 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from jaxstruct.core import FieldKind, FieldSpec
 
-from ._arrays import DEFAULT_DTYPES, ArrayRequest, array_request, arrays_for, floats_of_width
+from ._arrays import (
+    DEFAULT_DTYPES,
+    ArrayRequest,
+    array_request,
+    arrays_for,
+    fixed_dim,
+    floats_of_width,
+    is_key_array,
+    key_impl_of,
+    key_request,
+)
 from ._constraints import annotated_bounds, converter_input, narrowed
 
 __all__ = ["hashable_values", "structs", "value_strategy"]
@@ -125,6 +135,10 @@ def value_strategy(
     if origin is typing.Literal:
         return st.sampled_from(args)
     if origin is typing.Union or origin is types.UnionType:
+        # jaxtyping's PRNGKeyArray also admits raw uint32 key data: draw typed keys.
+        keys = [r for r in map(array_request, args) if r is not None and r.kind == "key"]
+        if keys:
+            return arrays_for(keys[0], sizes)
         parts = [value_strategy(a, kind=kind, sizes=sizes, real=real) for a in args]
         if any(p is None for p in parts):
             return None
@@ -236,6 +250,10 @@ def _field_strategy(
 ) -> st.SearchStrategy[Any]:
     converted = spec.converter is not None
     found = None
+    if is_key_array(spec.default):
+        # A typed-key default names the implementation and shape to draw.
+        impl = key_impl_of(spec.default)
+        return arrays_for(key_request(impl, tuple(fixed_dim(n) for n in spec.default.shape)), sizes)
     accepts = converter_input(spec)
     if accepts is not None:
         # Draw what the converter takes, not what it returns.
