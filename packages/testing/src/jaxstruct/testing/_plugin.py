@@ -12,7 +12,27 @@ from typing import Any
 
 import pytest
 
-__all__ = ["assert_pytree_roundtrip", "assert_roundtrip"]
+__all__ = ["assert_pytree_roundtrip", "assert_roundtrip", "pytest_runtest_call"]
+
+_GAVE_UP = ("FailedHealthCheck", "Unsatisfiable")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Add to a health-check or ``Unsatisfiable`` failure which classes refused draws, and why."""
+    from ._refusals import health_note, reset_refusals
+
+    reset_refusals()
+    try:
+        return (yield)
+    except BaseException as err:
+        if type(err).__name__ in _GAVE_UP and type(err).__module__ == "hypothesis.errors":
+            note = health_note()
+            if note is not None:
+                err.add_note(note)
+        raise
+    finally:
+        reset_refusals()
 
 
 @pytest.fixture(name="assert_roundtrip")

@@ -12,6 +12,7 @@ import jaxstruct.core as js
 from hypothesis import event, reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.reporting import debug_report
 from jaxstruct.core import FieldKind, FieldSpec
 
 from ._arrays import (
@@ -26,6 +27,7 @@ from ._arrays import (
     key_request,
 )
 from ._constraints import annotated_bounds, converter_input, narrowed
+from ._refusals import describe_refusal, record_refusal
 
 __all__ = ["hashable_values", "structs", "value_strategy"]
 
@@ -369,7 +371,11 @@ def _draw_instance(
             return js.build(cls, values)
         return cls(**values)
     except Exception as err:
-        # Converters and validators decide what is valid; a rejected draw is
-        # discarded, never reported as a failure of the test using the strategy.
-        event(f"jaxstruct: {cls.__qualname__} rejected a draw ({type(err).__name__})")
+        why = describe_refusal(cls, err)
+        if why is None:
+            raise  # a bug of the class under test: the user's own traceback fails the test
+        # The class refused the draw on purpose: discard it, saying who and why.
+        event(f"jaxstruct: {cls.__qualname__} refused a draw: {why}")
+        debug_report(f"jaxstruct: {cls.__qualname__} refused a draw: {why}")
+        record_refusal(cls, why)
         reject()
