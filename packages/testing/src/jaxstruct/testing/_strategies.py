@@ -27,6 +27,7 @@ from ._arrays import (
     key_request,
 )
 from ._constraints import annotated_bounds, converter_input, narrowed
+from ._hypothesis_hook import is_abstract_class
 from ._refusals import describe_refusal, record_refusal
 
 __all__ = ["hashable_values", "structs", "value_strategy"]
@@ -122,9 +123,9 @@ def value_strategy(
         return _SCALARS[annotation]()
     if isinstance(annotation, type):
         if js.is_struct(annotation) or (
-            issubclass(annotation, js.Struct) and inspect.isabstract(annotation)
+            issubclass(annotation, js.Struct) and is_abstract_class(annotation)
         ):
-            return st.deferred(lambda: structs(annotation))
+            return st.deferred(lambda: _nested(annotation))
         if issubclass(annotation, enum.Enum):
             return st.sampled_from(list(annotation))
     origin = typing.get_origin(annotation)
@@ -242,7 +243,7 @@ def _concrete_subclasses(cls: type) -> list[type]:
         klass = stack.pop()
         for sub in type.__subclasses__(klass):
             stack.append(sub)
-            if js.is_struct(sub) and not inspect.isabstract(sub) and sub not in found:
+            if js.is_struct(sub) and not is_abstract_class(sub) and sub not in found:
                 found.append(sub)
     return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
 
@@ -299,7 +300,8 @@ def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.Search
 
     Raises:
         TypeError: ``cls`` is not a struct class, an override is not a strategy,
-            or an override names no constructor field.
+            an override names no constructor field (of any concrete subclass, for an
+            abstract ``cls``), or a static field's annotation admits no hashable value.
 
     Example:
         >>> import numpy as np
@@ -323,28 +325,82 @@ def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.Search
                 f"structs({cls.__qualname__}, {name}=...): expected a strategy, got "
                 f"{type(value).__name__} {value!r}; wrap a constant as st.just({value!r})"
             )
-    if inspect.isabstract(cls):
+    if is_abstract_class(cls):
         subs = _concrete_subclasses(cls)
         if not subs:
             raise TypeError(
                 f"structs(): {cls.__qualname__} is abstract and has no concrete subclass yet; "
                 "define one, or pass a concrete class"
             )
-        return st.one_of(*(structs(sub, **_known(sub, overrides)) for sub in subs))
-    fields = js.fields(cls)
-    settable = {name: spec for name, spec in fields.items() if spec.init and spec.derived is None}
+        known = {sub: _settable(sub) for sub in subs}
+        anywhere = set().union(*known.values())
+        unknown = [name for name in overrides if name not in anywhere]
+        if unknown:
+            raise TypeError(
+                f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field "
+                f"the constructor of any concrete subclass takes; overridable fields are "
+                f"{sorted(anywhere)}"
+            )
+        return st.one_of(
+            *(
+                structs(sub, **{k: v for k, v in overrides.items() if k in known[sub]})
+                for sub in subs
+            )
+        )
+    settable = _settable(cls)
     unknown = [name for name in overrides if name not in settable]
     if unknown:
         raise TypeError(
             f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field the "
             f"constructor takes; overridable fields are {sorted(settable)}"
         )
+    hints = _hints(cls)
+    for name, spec in settable.items():
+        if name not in overrides:
+            _check_hashable_possible(cls, spec, hints.get(name, spec.type))
     return _draw_instance(cls, settable, overrides)
 
 
-def _known(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    names = js.fields(cls)
-    return {k: v for k, v in overrides.items() if k in names}
+def _settable(cls: type) -> dict[str, FieldSpec]:
+    """The fields the constructor of ``cls`` takes (not derived), by name."""
+    return {n: f for n, f in js.fields(cls).items() if f.init and f.derived is None}
+
+
+def _never_hashable(annotation: Any) -> bool:
+    """Whether no value of ``annotation`` is hashable (lists, dicts, sets, arrays)."""
+    origin = typing.get_origin(annotation) or annotation
+    if origin is typing.Annotated:
+        return _never_hashable(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_never_hashable(a) for a in typing.get_args(annotation))
+    return origin in (list, dict, set) or array_request(annotation) is not None
+
+
+def _check_hashable_possible(cls: type, spec: FieldSpec, annotation: Any) -> None:
+    if spec.kind is not FieldKind.STATIC or spec.converter is not None:
+        return
+    if _never_hashable(annotation):
+        raise TypeError(
+            f"structs({cls.__qualname__}): static field {spec.name!r} is annotated "
+            f"{_type_name(annotation)}, whose values are never hashable, so no instance can be "
+            "drawn (static fields are hashed into the tree structure). Annotate it with a "
+            "hashable type (tuple[int, ...] instead of list[int], frozenset instead of set), "
+            f"give it a converter (converter=tuple), or pass structs(..., {spec.name}=...)"
+        )
+
+
+def _type_name(annotation: Any) -> str:
+    return annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
+
+
+def _nested(cls: type) -> st.SearchStrategy[Any]:
+    """A nested struct field's values: through ``st.from_type``, so registrations count.
+
+    Classes made by ``struct_classes()`` are not registered with Hypothesis.
+    """
+    if cls.__dict__.get("__jaxstruct_generated__", False):
+        return structs(cls)
+    return st.from_type(cls)
 
 
 @st.composite
