@@ -30,8 +30,7 @@ def _is_array(x: Any) -> bool:
 
 def is_key_array(x: Any) -> bool:
     """Whether ``x`` is an array of typed PRNG keys (``jax.random.key``), which NumPy cannot hold."""
-    dtype = getattr(x, "dtype", None)
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _keys_equal(a: Any, b: Any) -> bool:

@@ -16,11 +16,16 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from ._options import DEFAULT_OPTIONS, DrawOptions
+
 __all__ = [
     "DEFAULT_DTYPES",
     "ArrayRequest",
+    "SizeTable",
     "array_request",
+    "arrays",
     "arrays_for",
+    "bind_sizes",
     "fixed_dim",
     "floats_of_width",
     "is_array_annotation",
@@ -28,6 +33,7 @@ __all__ = [
     "jax_dtypes_ok",
     "key_impl_of",
     "key_request",
+    "options_of",
 ]
 
 # Dtypes drawn when an annotation does not pin one. bfloat16 is made by viewing
@@ -140,7 +146,7 @@ def is_key_array(value: Any) -> bool:
         return False
     import jax
 
-    return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+    return isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key)
 
 
 def key_impl_of(key: Any) -> str:
@@ -190,12 +196,26 @@ def _drawable(name: str) -> bool:
     return name in _DRAWABLE
 
 
+class SizeTable(dict[str, Any]):
+    """The named sizes of one drawn instance (name -> size), with the draw's options."""
+
+    def __init__(self, options: DrawOptions = DEFAULT_OPTIONS) -> None:
+        super().__init__()
+        self.options = options
+
+
+def options_of(sizes: dict[str, Any]) -> DrawOptions:
+    """The options a size table carries (the defaults for a plain dict)."""
+    return getattr(sizes, "options", DEFAULT_OPTIONS)
+
+
 def _shape(
     dims: tuple[Any, ...] | None, sizes: dict[str, Any], draw: Callable[..., Any]
 ) -> tuple[int, ...]:
-    side = st.integers(0, 3)
+    options = options_of(sizes)
+    side = options.size(None)
     if dims is None:
-        return draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3))
+        return tuple(draw(st.lists(side, max_size=3)))
     shape: list[int] = []
     for dim in dims:
         kind = type(dim).__name__
@@ -205,11 +225,11 @@ def _shape(
             shape.append(1 if dim.broadcastable and draw(st.booleans()) else size)
         elif kind == "_NamedDim":
             if name not in sizes:
-                sizes[name] = draw(side)
+                sizes[name] = draw(options.size(name))
             shape.append(1 if dim.broadcastable and draw(st.booleans()) else sizes[name])
         elif kind in ("_NamedVariadicDim",):
             if name not in sizes:
-                sizes[name] = tuple(draw(st.lists(side, max_size=2)))
+                sizes[name] = tuple(draw(st.lists(options.size(name), max_size=2)))
             shape.extend(sizes[name])
         elif kind == "_AnonymousVariadicDim":
             shape.extend(draw(st.lists(side, max_size=2)))
@@ -217,6 +237,40 @@ def _shape(
             # "_" (any size) and symbolic sizes ("n+1"): one free size.
             shape.append(draw(side))
     return tuple(shape)
+
+
+_VARIADIC = ("_NamedVariadicDim", "_AnonymousVariadicDim")
+
+
+def bind_sizes(dims: tuple[Any, ...] | None, shape: tuple[int, ...], sizes: dict[str, Any]) -> None:
+    """Record in ``sizes`` the named sizes a given array's ``shape`` shows for ``dims``.
+
+    Names already bound are left alone (the class's own checks judge a
+    mismatch); variadic dims take what the fixed ones leave.
+    """
+    if dims is None:
+        return
+    kinds = [type(d).__name__ for d in dims]
+    variadic = [
+        i for i, k in enumerate(kinds) if k in ("_NamedVariadicDim", "_AnonymousVariadicDim")
+    ]
+    if len(variadic) > 1 or (not variadic and len(dims) != len(shape)):
+        return
+    if variadic and len(shape) < len(dims) - 1:
+        return
+    split = variadic[0] if variadic else len(dims)
+    tail = len(dims) - split - 1
+    pairs = list(zip(dims[:split], shape[:split], strict=True))
+    if variadic:
+        pairs += list(zip(dims[split + 1 :], shape[len(shape) - tail :], strict=True))
+        name: Any = getattr(dims[split], "name", None)
+        if kinds[split] == "_NamedVariadicDim" and name not in sizes:
+            sizes[name] = tuple(shape[split : len(shape) - tail])
+    for dim, size in pairs:
+        name = getattr(dim, "name", None)  # a str whenever the dim is named
+        named = type(dim).__name__ == "_NamedDim" and name not in sizes
+        if named and not (dim.broadcastable and size == 1):
+            sizes[name] = size
 
 
 def floats_of_width(width: int, *, allow_nan: bool = True) -> st.SearchStrategy[float]:
@@ -253,7 +307,7 @@ def _elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
 def _draw_array(
     draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, Any], kind: str
 ) -> Any:
-    choices = request.dtypes
+    choices = options_of(sizes).pick_dtypes(request.dtypes)
     if kind == "jax":
         choices = tuple(d for d in choices if jax_dtypes_ok(d)) or ("float32",)
     name = draw(st.sampled_from(choices or ("float32",)))
@@ -296,3 +350,42 @@ def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrateg
             lambda kind: _draw_array(request, sizes, kind)
         )
     return _draw_array(request, sizes, request.kind)
+
+
+def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.SearchStrategy[Any]:
+    """Return a strategy of arrays matching an array annotation, as ``structs()`` draws them.
+
+    Args:
+        annotation: ``np.ndarray``, ``jax.Array`` or a jaxtyping annotation such as
+            ``Float[Array, "n 3"]`` (array type, dtype family and shape) or
+            ``Key[Array, ""]`` (typed PRNG keys).
+        sizes: the named and free sizes: an int, a few ints (``(2, 5)``), a
+            ``range``, a strategy of ints, or a mapping from size names to those.
+            By default 0 to 3, rarely 0.
+        dtypes: the dtypes to draw, among those the annotation allows.
+
+    Returns:
+        A strategy of arrays; the named sizes of one array agree with each other.
+
+    Raises:
+        TypeError: ``annotation`` is not an array annotation, or an option has the
+            wrong type.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> from jaxtyping import Array, Float
+        >>> from jaxstruct.testing import arrays
+        >>> @settings(max_examples=5)
+        ... @given(arrays(Float[Array, "n 3"], sizes=2, dtypes=["float32"]))
+        ... def test(x):
+        ...     assert x.shape == (2, 3) and x.dtype == "float32"
+        >>> test()
+    """
+    request = array_request(annotation)
+    if request is None:
+        raise TypeError(
+            f"arrays() expected an array annotation (np.ndarray, jax.Array or a jaxtyping type "
+            f"such as Float[Array, 'n 3']), got {annotation!r}"
+        )
+    options = DrawOptions(sizes, dtypes)
+    return st.builds(SizeTable, st.just(options)).flatmap(lambda table: arrays_for(request, table))

@@ -53,9 +53,9 @@ def register_struct(cls: type) -> None:
 def _resolve(cls: type) -> Any:
     # Imported on use: this hook may run while ._strategies is itself being
     # imported (it imports hypothesis, whose import runs this entry point).
-    from ._strategies import structs
+    from ._strategies import nested_structs
 
-    return structs(cls)
+    return nested_structs(cls)
 
 
 def register_existing() -> None:
