@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jaxstruct.core as js
 import numpy as np
+from jaxstruct.core import FieldSpec
 
 from ._arrays import is_key_array
 
-__all__ = ["first_difference"]
+__all__ = ["difference", "every_field", "first_difference", "serialized"]
 
 
 def _is_array(value: Any) -> bool:
@@ -74,8 +75,20 @@ def first_difference(
     Types must match exactly (a NumPy array is not a JAX array), arrays must
     agree in dtype, shape and bits, floats bit for bit (so ``-0.0 != 0.0`` and
     ``nan == nan``); typed PRNG keys (``jax.random.key``) in implementation,
-    shape and key data. Structs are compared field by field; with
-    ``serialized_only`` fields that are not serialised are skipped.
+    shape and key data. Structs are compared field by field, every field
+    (``compare=False`` and opaque ones included).
+
+    Args:
+        expected: the original value.
+        actual: the value to compare with it.
+        path: how to name ``expected`` in the description.
+        serialized_only: skip the fields exports do not store (opaque fields by
+            default, any field declared ``serialize=False``); derived fields
+            are still compared, since loading recomputes them. This is what
+            ``assert_roundtrip`` compares.
+
+    Returns:
+        ``None`` when the values agree, else ``"<path>: <what differs>"``.
 
     Example:
         >>> import numpy as np
@@ -86,6 +99,23 @@ def first_difference(
         >>> print(first_difference({"w": 0.0}, {"w": -0.0}))
         x['w']: 0.0 != -0.0
     """
+    return difference(expected, actual, path, serialized if serialized_only else every_field)
+
+
+def every_field(spec: FieldSpec) -> bool:
+    """Compare every field."""
+    return True
+
+
+def serialized(spec: FieldSpec) -> bool:
+    """Compare the fields an export stores, and derived ones (recomputed on load)."""
+    return spec.should_serialize or spec.is_derived
+
+
+def difference(
+    expected: Any, actual: Any, path: str, keep: Callable[[FieldSpec], bool]
+) -> str | None:
+    """:func:`first_difference`, comparing the struct fields ``keep`` accepts."""
     if expected is actual:
         return None
     if type(expected) is not type(actual):
@@ -97,13 +127,13 @@ def first_difference(
         return _array_difference(expected, actual, path)
     if js.is_struct(expected):
         for name, spec in js.fields(expected).items():
-            if serialized_only and not (spec.should_serialize or spec.is_derived):
+            if not keep(spec):
                 continue
-            found = first_difference(
+            found = difference(
                 getattr(expected, name, js.MISSING),
                 getattr(actual, name, js.MISSING),
                 f"{path}.{name}",
-                serialized_only=serialized_only,
+                keep,
             )
             if found:
                 return found
@@ -118,7 +148,7 @@ def first_difference(
         if len(expected) != len(actual):
             return f"{path}: length {len(expected)} != {len(actual)}"
         for i, (a, b) in enumerate(zip(expected, actual, strict=True)):
-            found = first_difference(a, b, f"{path}[{i}]", serialized_only=serialized_only)
+            found = difference(a, b, f"{path}[{i}]", keep)
             if found:
                 return found
         return None
@@ -129,9 +159,7 @@ def first_difference(
         if missing or extra:
             return f"{path}: keys differ, missing {missing!r}, unexpected {extra!r}"
         for key in expected:
-            found = first_difference(
-                expected[key], actual[key], f"{path}[{key!r}]", serialized_only=serialized_only
-            )
+            found = difference(expected[key], actual[key], f"{path}[{key!r}]", keep)
             if found:
                 return found
         return None
