@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jaxstruct.core as js
-from hypothesis import event, reject
+from hypothesis import event, note, reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.reporting import debug_report
@@ -34,6 +34,7 @@ from ._hypothesis_hook import is_abstract_class
 from ._options import DrawOptions
 from ._plan import Plan, split_sizes
 from ._refusals import describe_refusal, record_refusal
+from ._shown import Shown
 
 __all__ = ["hashable_values", "nested_structs", "structs", "value_strategy"]
 
@@ -490,6 +491,7 @@ def _draw_instance(
     hints = _hints(cls)
     sizes = SizeTable(options)
     values: dict[str, Any] = {}
+    top = _NESTING.get() is None
     token = _NESTING.set(nesting)
     try:
         for name in plan.order:
@@ -525,10 +527,8 @@ def _draw_instance(
         _NESTING.reset(token)
     layout = cls.__struct_layout__
     try:
-        if layout.user_init:
-            # A hand-written __init__ has its own signature: build from field values.
-            return js.build(cls, values)
-        return cls(**values)
+        # A hand-written __init__ has its own signature: build from field values.
+        instance = js.build(cls, values) if layout.user_init else cls(**values)
     except Exception as err:
         why = describe_refusal(cls, err)
         if why is None:
@@ -538,3 +538,6 @@ def _draw_instance(
         debug_report(f"jaxstruct: {cls.__qualname__} refused a draw: {why}")
         record_refusal(cls, why)
         reject()
+    if top:
+        note(Shown(instance))  # the failing example's arrays, by value (nested ones inside)
+    return instance
