@@ -137,3 +137,27 @@ def test_first_difference_serialized_only_skips_unstored_fields() -> None:
     a, b = Counter(w=np.ones(2), count=5), Counter(w=np.ones(2), count=0)
     assert first_difference(a, b) == "x.count: 5 != 0"
     assert first_difference(a, b, serialized_only=True) is None
+
+
+def test_pytree_roundtrip_compiles_once_per_leaf_signature(caplog) -> None:
+    """Repeated calls on same-shaped values reuse one jit compilation (not one per call)."""
+
+    class Three(js.Struct):
+        a: jax.Array
+        b: jax.Array
+        c: np.ndarray
+
+    def make(i: int) -> Three:
+        # A leaf signature no other test uses, so the first call compiles.
+        return Three(
+            a=jnp.full((7, 5, 3), i), b=jnp.zeros(11, jnp.int8), c=np.zeros(13, np.float32)
+        )
+
+    values = [make(i) for i in range(3)]
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        for value in values:
+            assert_pytree_roundtrip(value)
+    messages = [r.getMessage() for r in caplog.records]
+    # The identity under jit (whatever its name): its input is the three leaves.
+    compiles = [m for m in messages if "Compiling" in m and "int8[11]" in m and "32[13]" in m]
+    assert len(compiles) <= 1, compiles
