@@ -34,8 +34,9 @@ def _array(value: Any) -> str | None:
         kind = "np"
     else:
         import jax
+        from jax.core import Tracer
 
-        if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer):
+        if not isinstance(value, jax.Array) or isinstance(value, Tracer):
             return None
         kind = "jnp"
     array = np.asarray(value)
