@@ -60,7 +60,7 @@ def _parameters(cls: type, name: str, fn: Callable[..., Any]) -> tuple[str, ...]
 class Plan:
     """What ``structs(cls, ...)`` draws, in which order, and what binds which size."""
 
-    __slots__ = ("bound", "cls", "depends", "order", "overrides", "settable")
+    __slots__ = ("bound", "cls", "depends", "extra", "order", "overrides", "settable")
 
     def __init__(
         self,
@@ -108,6 +108,13 @@ class Plan:
                 )
             self.depends[name] = params
         self.order = self._order()
+        #: What the draw also needs (options, nesting), set by ``structs()``.
+        self.extra: Any = None
+
+    def __repr__(self) -> str:
+        # Shown by Hypothesis in "while generating 'x' from ...": say what was asked for.
+        names = "".join(f", {name}=..." for name in self.overrides)
+        return f"structs({self.cls.__qualname__}{names})"
 
     def _rank(self, name: str) -> int:
         if name in self.depends:

@@ -393,7 +393,8 @@ def _structs(
     for name, spec in settable.items():
         if name not in overrides:
             _check_hashable_possible(cls, spec, hints.get(name, spec.type))
-    return _draw_instance(plan, options, _Nesting(sizes, dtypes))
+    plan.extra = (options, _Nesting(sizes, dtypes))
+    return instances(plan)
 
 
 def _settable(cls: type) -> dict[str, FieldSpec]:
@@ -484,9 +485,9 @@ def _dependency_value(values: Mapping[str, Any], spec: FieldSpec) -> Any:
 
 
 @st.composite
-def _draw_instance(
-    draw: Callable[..., Any], plan: Plan, options: DrawOptions, nesting: _Nesting
-) -> Any:
+def instances(draw: Callable[..., Any], plan: Plan) -> Any:
+    """Draw one instance as ``plan`` says (what ``structs()`` returns)."""
+    options, nesting = plan.extra
     cls = plan.cls
     hints = _hints(cls)
     sizes = SizeTable(options)
