@@ -29,7 +29,7 @@ def _is_array(x: Any) -> bool:
 
 
 def is_key_array(x: Any) -> bool:
-    """Whether ``x`` is an array of typed PRNG keys (``jax.random.key``), which NumPy cannot hold."""
+    """Whether ``x`` is an array of typed PRNG keys (``jax.random.key``): NumPy cannot hold it."""
     return isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
@@ -166,8 +166,10 @@ def tree_equal(a: Any, b: Any) -> bool | jax.Array:
 
             if is_key_array(x):
                 # Same dtype, so the same implementation: compare the key data.
-                x, y = jax.random.key_data(x), jax.random.key_data(y)
-            traced.append(jnp.array_equal(x, y, equal_nan=jnp.issubdtype(x.dtype, jnp.inexact)))
+                traced.append(jnp.array_equal(jax.random.key_data(x), jax.random.key_data(y)))
+            else:
+                nan = jnp.issubdtype(x.dtype, jnp.inexact)
+                traced.append(jnp.array_equal(x, y, equal_nan=nan))
         elif not (_arrays_equal(x, y) if _is_array(x) or _is_array(y) else _leaf_equal(x, y)):
             return False
     if not traced:

@@ -17,26 +17,15 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import inspect
 import sys
 import types
 from typing import Any
 
-__all__ = ["is_abstract_class", "register_existing", "register_struct", "setup_hypothesis"]
+from ._abstract import is_abstract_class
+
+__all__ = ["register_existing", "register_struct", "setup_hypothesis"]
 
 _CORE = "jaxstruct.core"
-
-
-#: Set in a class's own ``__dict__`` by the ``abstract=True`` class keyword (jaxstruct.abc).
-_ABSTRACT_FLAG = "__jaxstruct_abstract__"
-
-
-def is_abstract_class(cls: type) -> bool:
-    """Whether ``cls`` is abstract: abstract methods or vars left, or ``abstract=True``.
-
-    Such a class is drawn as its concrete subclasses, never as itself.
-    """
-    return inspect.isabstract(cls) or bool(cls.__dict__.get(_ABSTRACT_FLAG, False))
 
 
 def register_struct(cls: type) -> None:

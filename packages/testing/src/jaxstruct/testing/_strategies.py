@@ -16,6 +16,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.reporting import debug_report
 from jaxstruct.core import FieldKind, FieldSpec
 
+from ._abstract import is_abstract_class
 from ._arrays import (
     DEFAULT_DTYPES,
     ArrayRequest,
@@ -30,7 +31,6 @@ from ._arrays import (
     key_request,
 )
 from ._constraints import annotated_bounds, converter_input, narrowed
-from ._hypothesis_hook import is_abstract_class
 from ._options import DrawOptions
 from ._plan import Plan, split_sizes
 from ._refusals import describe_refusal, record_refusal
