@@ -310,6 +310,7 @@ def structs(
             those. A mapping value that is a string binds the size to an int
             field (``{"chains": "n_chains"}``): the field is drawn first and
             every ``chains`` dimension takes its value. Nested structs inherit it.
+            (So a field named ``sizes`` or ``dtypes`` takes no override by keyword.)
         dtypes: the dtypes to draw (names or NumPy dtypes), among those each
             annotation allows. Nested structs inherit it.
         **overrides: per field name, a strategy used instead of the inferred
