@@ -37,7 +37,7 @@ def _keys_equal(a: Any, b: Any) -> bool:
     # Typed keys are equal when they have the same implementation and key data.
     if not (is_key_array(a) and is_key_array(b)) or a.shape != b.shape:
         return False
-    if jax.random.key_impl(a) != jax.random.key_impl(b):
+    if a.dtype != b.dtype:  # a key dtype names its implementation (key<fry>, key<rbg>)
         return False
     return bool(np.array_equal(jax.random.key_data(a), jax.random.key_data(b)))
 

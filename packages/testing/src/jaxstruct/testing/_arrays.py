@@ -149,11 +149,11 @@ def is_key_array(value: Any) -> bool:
     return isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key)
 
 
-def key_impl_of(key: Any) -> str:
-    """The name of a typed key array's implementation (``"threefry2x32"``, ``"rbg"``, ...)."""
+def key_impl_of(key: Any) -> Any:
+    """A typed key array's implementation, as ``jax.random.key(..., impl=)`` takes it."""
     import jax
 
-    return str(jax.random.key_impl(key))
+    return jax.random.key_impl(key)
 
 
 class _Fixed:
@@ -171,7 +171,7 @@ def fixed_dim(size: int) -> Any:
     return _Fixed(size)
 
 
-def key_request(impl: str = "", dims: tuple[Any, ...] | None = ()) -> ArrayRequest:
+def key_request(impl: Any = "", dims: tuple[Any, ...] | None = ()) -> ArrayRequest:
     """A request for typed PRNG keys of implementation ``impl`` (``""``: JAX's default)."""
     return ArrayRequest("key", (impl,), dims)
 
