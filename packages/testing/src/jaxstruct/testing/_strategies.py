@@ -453,7 +453,10 @@ class _Nesting:
     def structs(self, cls: type) -> st.SearchStrategy[Any]:
         found = self.cache.get(cls)
         if found is None:
-            found = self.cache[cls] = _structs(cls, self.sizes, self.dtypes, {}, strict=False)
+            found = _structs(cls, self.sizes, self.dtypes, {}, strict=False)
+            # Generated classes come and go by the thousand: never kept alive here.
+            if not cls.__dict__.get("__jaxstruct_generated__", False):
+                self.cache[cls] = found
         return found
 
 
