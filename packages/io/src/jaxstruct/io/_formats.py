@@ -1,9 +1,8 @@
-"""On-disk formats: the :class:`Format` interface and the two built-in formats.
+"""On-disk formats: the :class:`Format` interface every format implements.
 
-``directory`` writes ``manifest.json`` next to ``arrays.npz``; ``zip`` writes
-one archive holding ``manifest.json`` and the ``.npy`` members. Array members
-are named ``<key>.npy``, so ``numpy.load(..., allow_pickle=False)`` reads them.
-Publishing (temporary sibling, fsync, atomic rename) is not a format's job:
+The two built-in formats live in ``_builtin``: ``directory`` writes
+``manifest.json`` next to ``arrays.npz``; ``zip`` writes one archive holding
+``manifest.json`` and ``arrays.npz``. Publishing (temporary sibling, fsync, atomic rename) is not a format's job:
 :func:`jaxstruct.io.export` hands each format a fresh path to create.
 """
 
@@ -210,8 +209,10 @@ class Format:
             primary process writes, and arrays it does not hold are refused.
 
     Example:
-        >>> ZipFormat().name, ZipFormat().suffixes
-        ('zip', ('.zip',))
+        >>> import jaxstruct.io as jio
+        >>> fmt = jio.current_registry().formats["zip"]
+        >>> fmt.name, fmt.suffixes, isinstance(fmt, Format)
+        ('zip', ('.zip',), True)
     """
 
     name: str = ""
