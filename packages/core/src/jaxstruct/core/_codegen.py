@@ -192,7 +192,12 @@ def _compile_init(cls: type, layout: Layout) -> Any:
     init.__annotations__ = {
         # Resolved now (once per class): tools reading them (jaxtyping) cannot
         # see the class's module from this generated function.
-        **{spec.name: resolve_hint(cls, init_annotation(spec)) for spec in layout.init_params},
+        **{
+            spec.name: converter_input(spec.converter, resolved["converters"][spec.name])
+            if spec.converter is not None
+            else resolve_hint(cls, init_annotation(spec))
+            for spec in layout.init_params
+        },
         "return": None,
     }
     init._jaxstruct_generated = True
@@ -205,6 +210,39 @@ def init_annotation(spec: Any) -> Any:
     hint = spec.type
     if isinstance(hint, dataclasses.InitVar):
         return hint.type
+    return hint
+
+
+def converter_input(converter: Any, takes_self: bool) -> Any:
+    """The type a converter accepts: the annotation of its value parameter, or ``Any``.
+
+    This is what the constructor's parameter for a converted field is annotated
+    with (as equinox does, and as type checkers read a field specifier's
+    ``converter``), so ``inspect.signature`` and tools built on it accept
+    anything the converter takes. The value parameter is the first one, or the
+    second for a converter that also takes the instance; a string annotation is
+    evaluated in the converter's module when it can be. A converter without a
+    signature (``int``, ``str``) or without an annotation gives ``Any``.
+    """
+    try:
+        params = list(inspect.signature(converter).parameters.values())
+    except (TypeError, ValueError):
+        return Any
+    index = 1 if takes_self else 0
+    if len(params) <= index or params[index].kind in (
+        inspect.Parameter.VAR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    ):
+        return Any
+    hint = params[index].annotation
+    if hint is inspect.Parameter.empty:
+        return Any
+    if isinstance(hint, str):
+        scope = getattr(inspect.unwrap(converter), "__globals__", None)
+        try:
+            return eval(hint, dict(scope or {}))
+        except Exception:
+            return hint
     return hint
 
 
