@@ -127,3 +127,19 @@ def test_struct_floor_never_runs_the_selection_layer(module: str) -> None:
     """Struct and what it is built from never import _select at run time: selectors sit on top."""
     imports = _runtime_imports(CORE / "jaxstruct" / "core" / module)
     assert not any(m == "_select" or m.startswith("_select.") for m in imports), imports
+
+
+def test_struct_select_reaches_the_installed_selection_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Struct.select calls what the selection layer installed; without it, our error says why."""
+    import jaxstruct.core as js
+    from jaxstruct.core import _struct
+
+    class P(js.Struct):
+        a: int
+
+    assert isinstance(P(a=1).select(), js.Selection)
+    monkeypatch.setattr(_struct, "_selector", _struct._no_selector)
+    with pytest.raises(js.StructError, match=r"select\(\) needs the selection layer"):
+        P(a=1).select()
