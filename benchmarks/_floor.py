@@ -12,15 +12,21 @@ in how ``__init__`` stores them:
   field with ``object.__setattr__`` (held in a local). This is the cost every
   frozen, ``__dict__``-backed class pays, ``dataclass(frozen=True)`` included.
 
-The gap between the two is the price of immutability on this interpreter; see
-``benchmarks/README.md`` for the measured numbers.
+- ``DictFill``: the same override, but ``__init__`` writes the fields into
+  ``self.__dict__``. What ``Struct`` does on CPython 3.13 and later, where the
+  dict is built on top of the inline attributes; on 3.11 and 3.12 it moves
+  them out of line and slows every later read, so there it is shown only to
+  say why ``Struct`` does not do it.
+
+The gap between ``Plain`` and the others is the price of immutability on this
+interpreter; see ``benchmarks/README.md`` for the measured numbers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Frozen", "Plain"]
+__all__ = ["DictFill", "Frozen", "Plain"]
 
 _osa = object.__setattr__
 
@@ -51,3 +57,19 @@ class Frozen:
         osa(self, "d", d)
         osa(self, "step", step)
         osa(self, "tag", tag)
+
+
+class DictFill:
+    """Immutable, but ``__init__`` fills the instance ``__dict__`` directly."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __init__(self, a: Any, b: Any, c: Any, d: Any, step: int, tag: str) -> None:  # noqa: PLR0917 - a dataclass-like signature
+        fields = self.__dict__
+        fields["a"] = a
+        fields["b"] = b
+        fields["c"] = c
+        fields["d"] = d
+        fields["step"] = step
+        fields["tag"] = tag

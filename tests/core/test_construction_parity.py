@@ -91,6 +91,31 @@ def test_user_init_leaving_a_field_unassigned_still_fails() -> None:
         Linear()
 
 
+def test_unassigned_field_is_a_type_error_naming_it() -> None:
+    """A field no __init__ or __post_init__ assigns raises TypeError (and ValidationError)."""
+
+    class Linear(js.Struct):
+        w: int
+        b: int
+
+        def __init__(self) -> None:
+            self.b = 0
+
+    class Late(js.Struct):
+        x: int
+        y: int = js.field(init=False)
+
+        def __post_init__(self) -> None:
+            pass
+
+    for make in (Linear, lambda: Late(x=1)):
+        with pytest.raises(TypeError, match=r"'w'|'y'") as caught:
+            make()
+        assert isinstance(caught.value, js.UnassignedFieldError)
+        assert isinstance(caught.value, js.ValidationError)  # older except clauses still work
+        assert isinstance(caught.value, ValueError)
+
+
 def test_subclass_init_calling_generated_parent_init_bare() -> None:
     """super().__init__() reaching a parent's generated __init__ keeps the assigned fields."""
 
@@ -409,6 +434,44 @@ def test_stub_init_signature_before_first_instance() -> None:
     sig = inspect.signature(A.__init__)
     assert list(sig.parameters) == ["_js_self", "a"]
     assert sig.parameters["a"].annotation is int
+
+
+def test_converted_field_is_annotated_with_what_the_converter_takes() -> None:
+    """The constructor annotates a converted field with the converter's input type, or Any."""
+
+    def to_int(value: str | int) -> int:
+        return int(value)
+
+    def with_self(obj: object, value: float) -> int:
+        return int(value)
+
+    class C(js.Struct):
+        n: int = js.field(static=True, converter=to_int)
+        v: object = js.field(converter=lambda x: x)
+        m: int = js.field(converter=int, default=0)
+        k: int = js.field(converter=with_self, default=0)
+        plain: str = ""
+
+    params = inspect.signature(C).parameters
+    assert params["n"].annotation == str | int
+    assert params["v"].annotation is Any and params["m"].annotation is Any
+    assert params["k"].annotation is float
+    assert params["plain"].annotation is str
+    assert C.__init__.__annotations__["n"] == str | int
+    assert C(n="3", v=1, k=2.5).n == 3
+
+
+def test_converter_string_annotation_is_resolved_in_its_module() -> None:
+    """A converter written under postponed annotations shows the evaluated type."""
+    from jaxstruct.core._codegen import converter_input
+
+    def to_int(value: str | int) -> int:
+        return int(value)
+
+    assert to_int.__annotations__["value"] == "str | int"  # this module postpones them
+    assert converter_input(to_int, False) == str | int
+    assert converter_input(lambda obj, v: v, True) is Any
+    assert converter_input(str, False) is Any
 
 
 # -- 8. bound method of self ------------------------------------------------------------------

@@ -294,3 +294,138 @@ def test_fields_named_like_parameters() -> None:
     hand = Hand(4)
     assert (hand.self, hand.other) == (4, 5)
     assert hand.replace(self=6).self == 6
+
+
+# -- how generated code stores fields (issue 24, item 1) ---------------------------------------
+
+
+def _generated(cls: type) -> dict[str, object]:
+    """The compiled __init__, replace and unflatten of ``cls`` (each used once first)."""
+    obj = cls(x=jnp.ones(2), y=1.0)
+    obj.replace(y=2.0)
+    leaves, treedef = jax.tree_util.tree_flatten(obj)
+    jax.tree_util.tree_unflatten(treedef, leaves)
+    layout = cls.__dict__["__struct_layout__"]
+    return {
+        "__init__": cls.__dict__["__init__"],
+        "replace": cls.__dict__["replace"],
+        "unflatten": layout.unflatten,
+    }
+
+
+def test_generated_code_stores_into_the_instance_dict_from_python_313() -> None:
+    """From CPython 3.13 on, __init__, replace and unflatten fill __dict__ directly.
+
+    There the dict is built on top of the inline attributes, so reads stay fast;
+    on 3.11 and 3.12 it would move them out, so those keep object.__setattr__.
+    """
+
+    class Stored(js.Struct):
+        x: object
+        y: object
+        tag: str = js.field(static=True, default="s")
+
+    for name, fn in _generated(Stored).items():
+        code = fn.__code__  # type: ignore[attr-defined]
+        uses_dict = "__dict__" in code.co_names
+        assert uses_dict is (sys.version_info >= (3, 13)), name
+
+
+@pytest.fixture(params=[False, True], ids=["setattr", "dict"])
+def store_in_dict(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Generate code storing fields one way or the other, whatever the interpreter."""
+    from jaxstruct.core import _codegen
+
+    monkeypatch.setattr(_codegen, "STORE_IN_DICT", request.param)
+    return request.param
+
+
+def _probe_class(monkeypatch: pytest.MonkeyPatch, suffix: str) -> type:
+    """A struct class pickle can find (module-level name), defined under the current store."""
+
+    class Probe(js.Struct):
+        x: object
+        y: object
+        tag: str = js.field(static=True, default="p")
+        note: object = js.field(pytree=False, default=None)
+
+    name = f"_Probe_{suffix}"
+    Probe.__qualname__ = Probe.__name__ = name
+    monkeypatch.setattr(sys.modules[__name__], name, Probe, raising=False)
+    return Probe
+
+
+def test_both_stores_make_the_same_frozen_instances(
+    store_in_dict: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either store gives equal instances with the same vars(), frozen, copyable and picklable."""
+    import copy
+    import pickle
+
+    probe = _probe_class(monkeypatch, "dict" if store_in_dict else "setattr")
+    made = probe(x=1.0, y=(2,), tag="t")
+    replaced = made.replace(y=(3,))
+    assert list(vars(made)) == ["x", "y", "tag", "note"]
+    assert list(vars(replaced)) == ["x", "y", "tag", "note"]
+    leaves, treedef = jax.tree_util.tree_flatten(made)
+    unflattened = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert list(vars(unflattened)) == ["x", "y", "tag", "note", "_jaxstruct_flat"]
+    assert unflattened == made and replaced.y == (3,) and replaced.x == 1.0
+    for obj in (made, replaced, unflattened):
+        for again in (copy.copy(obj), copy.deepcopy(obj), pickle.loads(pickle.dumps(obj))):
+            assert type(again) is probe and again == obj
+            assert jax.tree_util.tree_leaves(again) == jax.tree_util.tree_leaves(obj)
+            with pytest.raises(js.FrozenStructError):
+                again.x = 5
+        with pytest.raises(js.FrozenStructError, match="'x'"):
+            obj.x = 5
+        with pytest.raises(js.FrozenStructError):
+            obj.extra = 5
+        with pytest.raises(js.FrozenStructError):
+            del obj.y
+        assert obj.x == 1.0
+
+
+def test_construction_replace_and_unflatten_keep_attributes_inline() -> None:
+    """However an instance is made (and then flattened), its attributes stay in the inline array.
+
+    On 3.13+ the dict the generated code fills sits on top of that array; on
+    3.11 and 3.12 no dict is made at all.
+    """
+
+    class Inline(js.Struct):
+        x: object
+        y: object
+        n: int = js.field(static=True, default=0)
+
+    made = [Inline(x=float(i), y=(i,)) for i in range(100)]
+    replaced = [obj.replace(n=1) for obj in made]
+    back = jax.tree_util.tree_map(lambda v: v, made)
+    for obj in [*made, *replaced, *back]:
+        jax.tree_util.tree_flatten_with_path(obj)
+    assert not any(_attributes_out_of_line(o) for o in [*made, *replaced, *back])
+
+
+def test_a_descriptor_named_like_a_field_keeps_setattr_stores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A property in the MRO named like a field still sees its setter run (no dict store)."""
+    from jaxstruct.core import _codegen
+
+    monkeypatch.setattr(_codegen, "STORE_IN_DICT", True)
+
+    class Scaled:
+        @property
+        def a(self) -> int:
+            return self.__dict__["_a"]
+
+        @a.setter
+        def a(self, value: int) -> None:
+            self.__dict__["_a"] = value * 10
+
+    class Uses(Scaled, js.Struct):
+        a: int
+
+    layout = Uses.__dict__["__struct_layout__"]
+    assert not _codegen.stores_in_dict(Uses, layout)
+    assert Uses(a=1).a == 10  # the setter ran, as object.__setattr__ makes it

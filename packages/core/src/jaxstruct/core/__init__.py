@@ -26,6 +26,7 @@ from ._errors import (
     MissingDistributionError,
     StructDefinitionError,
     TracedComparisonError,
+    UnassignedFieldError,
     ValidationError,
 )
 from ._explain import Change, Recompile, explain_recompiles
@@ -67,6 +68,7 @@ __all__ = [
     "StructError",
     "StructMeta",
     "TracedComparisonError",
+    "UnassignedFieldError",
     "ValidationError",
     "build",
     "check_types",

@@ -9,12 +9,21 @@ __all__ = [
     "MissingDistributionError",
     "StructDefinitionError",
     "TracedComparisonError",
+    "UnassignedFieldError",
     "ValidationError",
 ]
 
 
 class ValidationError(StructError, ValueError):
     """A field value was rejected by a validator, a static-field check or a type check."""
+
+
+class UnassignedFieldError(ValidationError, TypeError):
+    """A required field was never assigned (by a custom ``__init__`` or ``__post_init__``).
+
+    A ``TypeError``, as a missing constructor argument is, and a
+    :class:`ValidationError`, so code catching either sees it.
+    """
 
 
 class FrozenStructError(StructError, AttributeError):

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import ValidationError
+from ._errors import UnassignedFieldError, ValidationError
 from ._fields import MISSING
 from ._layout import Layout
 
@@ -134,7 +134,7 @@ def _check_complete(obj: Any, layout: Layout) -> None:
     missing = [f.name for f in layout.fields if getattr(obj, f.name, MISSING) is MISSING]
     if missing:
         names = ", ".join(repr(n) for n in missing)
-        raise ValidationError(
+        raise UnassignedFieldError(
             f"{layout.cls.__qualname__}: field(s) {names} were never assigned; give them a "
             "default or assign them in __init__ / __post_init__"
         )

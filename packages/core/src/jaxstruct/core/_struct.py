@@ -12,6 +12,7 @@ from types import MethodType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 import jax
+from jaxstruct.registry import StructError
 
 from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
@@ -38,11 +39,12 @@ from ._meta import StructMeta
 from ._repr import struct_repr
 
 if TYPE_CHECKING:
-    # Only for the annotation of Struct.select: at run time the method imports
-    # lazily, so _struct never imports _select (which builds on Struct).
+    # Only for the annotation of Struct.select. At run time _struct never
+    # imports _select, which builds on Struct: the selection layer hands its
+    # select function down through install_selector when it is imported.
     from ._select import Selection
 
-__all__ = ["Struct"]
+__all__ = ["Struct", "install_selector"]
 
 S = TypeVar("S", bound="Struct")
 _P = ParamSpec("_P")
@@ -385,12 +387,26 @@ class Struct(metaclass=StructMeta):
             >>> P(a=1, b=2).select().at(lambda p: p.b).apply(lambda v: v * 10)
             P(a=1, b=20)
         """
-        from ._select import select
-
-        return select(self)
+        return _selector(self)
 
 
 set_generic_replace(Struct.replace)
+
+
+def _no_selector(obj: Any) -> Any:
+    raise StructError(
+        "Struct.select() needs the selection layer, which importing jaxstruct.core loads; "
+        "import jaxstruct.core (or call jaxstruct.core.select(obj))"
+    )
+
+
+_selector: Callable[[Any], Any] = _no_selector
+
+
+def install_selector(fn: Callable[[Any], Any]) -> None:
+    """Make ``Struct.select`` call ``fn`` (the selection layer's ``select``, which sits above)."""
+    global _selector
+    _selector = fn
 
 
 def _initvar_values(cls: type, layout: Layout, changes: dict[str, Any]) -> tuple[Any, ...]:

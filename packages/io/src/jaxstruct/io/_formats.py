@@ -2,8 +2,9 @@
 
 The two built-in formats live in ``_builtin``: ``directory`` writes
 ``manifest.json`` next to ``arrays.npz``; ``zip`` writes one archive holding
-``manifest.json`` and ``arrays.npz``. Publishing (temporary sibling, fsync, atomic rename) is not a format's job:
-:func:`jaxstruct.io.export` hands each format a fresh path to create.
+``manifest.json`` and ``arrays.npz``. Publishing (temporary sibling, fsync,
+atomic rename) is not a format's job: :func:`jaxstruct.io.export` hands each
+format a fresh path to create.
 """
 
 from __future__ import annotations

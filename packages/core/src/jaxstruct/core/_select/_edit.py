@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, Self, overload
 
 import jax
 
-from ._base import SelectionBase
-from ._tree import KeyPath, SelectionError, T, fill, reconvert
-
-if TYPE_CHECKING:
-    from ._selection import Selection
+from ._traverse import Traversal
+from ._tree import KeyPath, SelectionError, T, reconvert
 
 __all__ = ["Editing"]
 
@@ -20,20 +17,10 @@ def _show(path: KeyPath) -> str:
     return jax.tree_util.keystr(path) or "<root>"
 
 
-class Editing(SelectionBase[T]):
+class Editing(Traversal[T]):
     """The methods that give the selected subtrees new values and rebuild the tree."""
 
     __slots__ = ()
-
-    def deselect(self) -> T:
-        """Return the tree with the selected subtrees back in place of their holes.
-
-        Example:
-            >>> import jaxstruct.core as js
-            >>> js.select([1, "a"]).at_instances_of(str).deselect()
-            [1, 'a']
-        """
-        return fill(self.remainder, tuple(zip(self.paths, self.selected, strict=True)))
 
     def _replaced(self, values: Iterable[Any], keep_selected: bool) -> Any:
         updated = self._make(self.remainder, tuple(values), self.paths)
@@ -50,14 +37,14 @@ class Editing(SelectionBase[T]):
     @overload
     def apply(
         self, fn: Callable[..., Any], *, with_keypath: bool = False, keep_selected: Literal[True]
-    ) -> Selection[T]: ...
+    ) -> Self: ...
     @overload
     def apply(
         self, fn: Callable[..., Any], *, with_keypath: bool = False, keep_selected: bool
-    ) -> T | Selection[T]: ...
+    ) -> T | Self: ...
     def apply(
         self, fn: Callable[..., Any], *, with_keypath: bool = False, keep_selected: bool = False
-    ) -> T | Selection[T]:
+    ) -> T | Self:
         """Replace every selected subtree by ``fn(subtree)`` and rebuild the tree.
 
         Struct fields replaced as a whole are re-converted by their field's
@@ -92,10 +79,10 @@ class Editing(SelectionBase[T]):
     @overload
     def apply_with_index(
         self, fn: Callable[[int, Any], Any], *, keep_selected: Literal[True]
-    ) -> Selection[T]: ...
+    ) -> Self: ...
     def apply_with_index(
         self, fn: Callable[[int, Any], Any], *, keep_selected: bool = False
-    ) -> T | Selection[T]:
+    ) -> T | Self:
         """Replace the ``i``-th selected subtree (in tree order) by ``fn(i, subtree)``.
 
         penzai calls this ``apply_with_selected_index``.
@@ -113,8 +100,8 @@ class Editing(SelectionBase[T]):
     @overload
     def set(self, value: Any, *, keep_selected: Literal[False] = False) -> T: ...
     @overload
-    def set(self, value: Any, *, keep_selected: Literal[True]) -> Selection[T]: ...
-    def set(self, value: Any, *, keep_selected: bool = False) -> T | Selection[T]:
+    def set(self, value: Any, *, keep_selected: Literal[True]) -> Self: ...
+    def set(self, value: Any, *, keep_selected: bool = False) -> T | Self:
         """Replace every selected subtree by ``value`` and rebuild the tree.
 
         Example:
@@ -129,12 +116,8 @@ class Editing(SelectionBase[T]):
         self, values: Iterable[Any], *, keep_selected: Literal[False] = False
     ) -> T: ...
     @overload
-    def set_sequence(
-        self, values: Iterable[Any], *, keep_selected: Literal[True]
-    ) -> Selection[T]: ...
-    def set_sequence(
-        self, values: Iterable[Any], *, keep_selected: bool = False
-    ) -> T | Selection[T]:
+    def set_sequence(self, values: Iterable[Any], *, keep_selected: Literal[True]) -> Self: ...
+    def set_sequence(self, values: Iterable[Any], *, keep_selected: bool = False) -> T | Self:
         """Replace the selected subtrees, in tree order, by ``values``.
 
         Raises:

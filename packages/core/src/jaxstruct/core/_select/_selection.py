@@ -10,13 +10,12 @@ from .._fields import field
 from .._struct import Struct
 from ._edit import Editing
 from ._structure import Structural
-from ._traverse import Traversal
 from ._tree import KeyPath, SelectionError, T
 
 __all__ = ["Selection"]
 
 
-class Selection(Traversal[T], Editing[T], Structural[T], Struct):
+class Selection(Editing[T], Structural[T], Struct):
     """Some subtrees of a tree, taken out for functional editing; create with :func:`select`.
 
     Selected subtrees never nest. ``selected`` holds them in tree order with

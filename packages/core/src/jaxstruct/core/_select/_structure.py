@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, Self, overload
 
 import jax
 
-from ._base import SelectionBase
+from ._traverse import Traversal
 from ._tree import KeyPath, SelectionError, SelectionHole, T, Trie, children, relocate
-
-if TYPE_CHECKING:
-    from ._selection import Selection
 
 __all__ = ["Structural"]
 
@@ -23,7 +20,7 @@ class _Moved(Exception):
     """A hole is not where its path says (the remainder was edited): look them up instead."""
 
 
-class Structural(SelectionBase[T]):
+class Structural(Traversal[T]):
     """The methods that change how many elements a list or tuple holds."""
 
     __slots__ = ()
@@ -82,8 +79,8 @@ class Structural(SelectionBase[T]):
     @overload
     def insert_before(self, value: Any, *, select_inserted: Literal[False] = False) -> T: ...
     @overload
-    def insert_before(self, value: Any, *, select_inserted: Literal[True]) -> Selection[T]: ...
-    def insert_before(self, value: Any, *, select_inserted: bool = False) -> T | Selection[T]:
+    def insert_before(self, value: Any, *, select_inserted: Literal[True]) -> Self: ...
+    def insert_before(self, value: Any, *, select_inserted: bool = False) -> T | Self:
         """Insert ``value`` before each selected list or tuple element.
 
         Args:
@@ -101,8 +98,8 @@ class Structural(SelectionBase[T]):
     @overload
     def insert_after(self, value: Any, *, select_inserted: Literal[False] = False) -> T: ...
     @overload
-    def insert_after(self, value: Any, *, select_inserted: Literal[True]) -> Selection[T]: ...
-    def insert_after(self, value: Any, *, select_inserted: bool = False) -> T | Selection[T]:
+    def insert_after(self, value: Any, *, select_inserted: Literal[True]) -> Self: ...
+    def insert_after(self, value: Any, *, select_inserted: bool = False) -> T | Self:
         """Insert ``value`` after each selected list or tuple element.
 
         Example:
@@ -115,7 +112,7 @@ class Structural(SelectionBase[T]):
 
     def _insert(
         self, around: Callable[[Any], Iterable[tuple[Any, bool]]], select_inserted: bool
-    ) -> T | Selection[T]:
+    ) -> T | Self:
         what = "insert_before()/insert_after()"
         tree, marks = self._splice(lambda _path, old: around(old), what)
         if not select_inserted:

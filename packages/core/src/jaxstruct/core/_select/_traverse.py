@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import jax
 import numpy as np
@@ -24,9 +24,6 @@ from ._tree import (
     split_at,
 )
 
-if TYPE_CHECKING:
-    from ._selection import Selection
-
 __all__ = ["Traversal"]
 
 
@@ -41,7 +38,7 @@ class Traversal(SelectionBase[T]):
         *,
         innermost: bool = False,
         bottom: Callable[[Any], bool] | None = None,
-    ) -> Selection[T]:
+    ) -> Self:
         found: list[tuple[KeyPath, Any]] = []
         splits = [
             (path, split(value, path, (), decide, found, innermost=innermost, bottom=bottom))
@@ -53,7 +50,7 @@ class Traversal(SelectionBase[T]):
             tuple(p for p, _ in found),
         )
 
-    def _keep(self, keep: Callable[[int, KeyPath, Any], bool]) -> Selection[T]:
+    def _keep(self, keep: Callable[[int, KeyPath, Any], bool]) -> Self:
         kept, back = [], []
         for i, (path, value) in enumerate(zip(self.paths, self.selected, strict=True)):
             (kept if keep(i, path, value) else back).append((path, value))
@@ -66,7 +63,7 @@ class Traversal(SelectionBase[T]):
         *,
         with_keypath: bool = False,
         innermost: bool = False,
-    ) -> Selection[T]:
+    ) -> Self:
         """Select, inside each selected subtree, the subtrees where ``pred`` is true.
 
         Matches never nest: the outermost match wins (or the innermost, with
@@ -99,7 +96,7 @@ class Traversal(SelectionBase[T]):
 
         return self._refine(decide, innermost=innermost)
 
-    def at_instances_of(self, *types: type, innermost: bool = False) -> Selection[T]:
+    def at_instances_of(self, *types: type, innermost: bool = False) -> Self:
         """Select, inside each selected subtree, the subtrees that are instances of ``types``.
 
         Example:
@@ -115,7 +112,7 @@ class Traversal(SelectionBase[T]):
             raise TypeError(f"at_instances_of() expected one or more classes, got {types!r}")
         return self.at_subtrees_where(lambda x: isinstance(x, types), innermost=innermost)
 
-    def at_equal_to(self, value: Any) -> Selection[T]:
+    def at_equal_to(self, value: Any) -> Self:
         """Select, inside each selected subtree, the outermost subtrees equal to ``value``.
 
         Equality is Python's ``==`` (so ``1`` also matches ``1.0`` and
@@ -154,7 +151,7 @@ class Traversal(SelectionBase[T]):
 
         return self._refine(decide)
 
-    def at_leaves(self) -> Selection[T]:
+    def at_leaves(self) -> Self:
         """Select every pytree leaf of each selected subtree (``None`` and empty nodes are not).
 
         Example:
@@ -164,7 +161,7 @@ class Traversal(SelectionBase[T]):
         """
         return self._refine(lambda rel, node: DESCEND, bottom=is_leaf)
 
-    def at_childless(self) -> Selection[T]:
+    def at_childless(self) -> Self:
         """Select every node without pytree children: the leaves, and ``None``, ``()``, ``[]``,
         ``{}`` and structs with no node fields.
 
@@ -175,7 +172,7 @@ class Traversal(SelectionBase[T]):
         """
         return self._refine(lambda rel, node: DESCEND, bottom=lambda node: True)
 
-    def at_children(self) -> Selection[T]:
+    def at_children(self) -> Self:
         """Select the direct pytree children of each selected subtree.
 
         Example:
@@ -185,7 +182,7 @@ class Traversal(SelectionBase[T]):
         """
         return self._refine(lambda rel, node: SELECT if len(rel) == 1 else DESCEND)
 
-    def at_keypaths(self, keypaths: Collection[KeyPath]) -> Selection[T]:
+    def at_keypaths(self, keypaths: Collection[KeyPath]) -> Self:
         """Select the subtrees at ``keypaths``, relative to each selected subtree.
 
         Paths that do not exist in a subtree select nothing there; when one
@@ -212,7 +209,7 @@ class Traversal(SelectionBase[T]):
 
     def at(
         self, accessor: Callable[[Any], Any], *, is_leaf: Callable[[Any], bool] | None = None
-    ) -> Selection[T]:
+    ) -> Self:
         """Select the node(s) ``accessor`` picks out of each selected subtree.
 
         ``accessor`` must only navigate (attributes, indexing), e.g.
@@ -250,7 +247,7 @@ class Traversal(SelectionBase[T]):
             tuple(p for p, _ in found),
         )
 
-    def where(self, pred: Callable[..., Any], *, with_keypath: bool = False) -> Selection[T]:
+    def where(self, pred: Callable[..., Any], *, with_keypath: bool = False) -> Self:
         """Keep only the selected subtrees for which ``pred`` is true (the rest go back).
 
         Args:
@@ -267,7 +264,7 @@ class Traversal(SelectionBase[T]):
             return self._keep(lambda _i, path, value: bool(pred(path, value)))
         return self._keep(lambda _i, _path, value: bool(pred(value)))
 
-    def pick(self, *indices: int) -> Selection[T]:
+    def pick(self, *indices: int) -> Self:
         """Keep only the selected subtrees at ``indices`` in tree order (negative ones count
         from the end); penzai calls this ``pick_nth_selected``.
 
@@ -292,7 +289,7 @@ class Traversal(SelectionBase[T]):
             wanted.add(i % count)
         return self._keep(lambda i, _path, _value: i in wanted)
 
-    def refine(self, selector: Callable[[Any], Selection[Any]]) -> Selection[T]:
+    def refine(self, selector: Callable[[Any], SelectionBase[Any]]) -> Self:
         """Select, in each selected subtree, what ``selector(subtree)`` selects.
 
         ``selector`` gets one selected subtree and returns a :class:`Selection`
@@ -310,13 +307,11 @@ class Traversal(SelectionBase[T]):
             >>> js.select(tree).at_children().refine(pick_last).set(0)
             [[1, 0], [3, 4, 0]]
         """
-        from ._selection import Selection
-
         found: list[tuple[KeyPath, Any]] = []
         splits = []
         for path, value in zip(self.paths, self.selected, strict=True):
             inner = selector(value)
-            if not isinstance(inner, Selection):
+            if not isinstance(inner, SelectionBase):
                 raise SelectionError(
                     f"refine(): the selector returned {type(inner).__name__}, not a Selection; "
                     "return js.select(subtree).at_...(...) from it"
@@ -329,7 +324,7 @@ class Traversal(SelectionBase[T]):
             tuple(p for p, _ in found),
         )
 
-    def invert(self) -> Selection[T]:
+    def invert(self) -> Self:
         """Select the largest subtrees that contain no currently selected subtree.
 
         Example:
@@ -346,8 +341,7 @@ class Traversal(SelectionBase[T]):
                 return SKIP
             return DESCEND if rel in prefixes else SELECT
 
-        tree: T = fill(self.remainder, tuple(zip(self.paths, self.selected, strict=True)))
-        return self._fresh(tree)._refine(decide)
+        return self._fresh(self.deselect())._refine(decide)
 
 
 def _is_array(value: Any) -> bool:
