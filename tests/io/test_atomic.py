@@ -46,7 +46,6 @@ SERVER = textwrap.dedent(
             try:
                 jio.export(value(cmd["tag"], cmd["size"]), cmd["path"], overwrite=True,
                            compression=cmd["compression"])
-                _atomic.drain()  # os._exit skips waiting for the old checkpoint's removal
             finally:
                 os._exit(0)
         if cmd["delay"] is not None:
@@ -176,7 +175,6 @@ def test_overwrite_replaces_a_checkpoint(tmp_path: Path) -> None:
         path = jio.export([1], tmp_path / f"c{suffix}")
         jio.export([2], path, overwrite=True)
         assert jio.load(path) == [2]
-    _atomic.drain()  # the old directory is removed in the background
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.zip"]
 
 
@@ -265,7 +263,7 @@ def test_debris_of_dead_processes_is_cleaned(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    stale = tmp_path / f".c.jaxstruct-tmp-{dead.stdout.strip()}-abc"
+    stale = tmp_path / f".c.jaxstruct-tmp-{_atomic.host_tag()}-{dead.stdout.strip()}-abc"
     stale.mkdir()
     (stale / "manifest.json").write_text("{}")
     jio.export([1], tmp_path / "c")
@@ -285,7 +283,7 @@ def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path
     path = jio.export([0], tmp_path / "c")
 
     def plant(tag: str) -> Path:
-        stale = tmp_path / f".c.jaxstruct-tmp-{pid}-{tag}"
+        stale = tmp_path / f".c.jaxstruct-tmp-{_atomic.host_tag()}-{pid}-{tag}"
         stale.mkdir()
         (stale / "manifest.json").write_text("{}")
         return stale

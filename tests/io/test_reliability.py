@@ -14,7 +14,6 @@ from pathlib import Path
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _atomic
 from jaxstruct.io._cli import main as cli_main
 from jaxstruct.registry import SerializationError
 
@@ -118,7 +117,6 @@ def test_racing_overwrites_to_a_new_path_both_succeed(suffix: str, tmp_path: Pat
             proc.wait(60)
             if proc.stdout:
                 proc.stdout.close()
-    _atomic.drain()
 
 
 def _peak_of_to_state_dict(depth: int) -> int:

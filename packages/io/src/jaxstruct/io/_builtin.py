@@ -30,7 +30,6 @@ from ._manifest import check_node_budget
 from ._npzread import NpzCheckpoint, aligned_empty, read_member
 from ._npzwrite import members as npz_members
 from ._npzwrite import write_npz
-from ._spare import claim_files, release_files
 from ._sync import fsync_all
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
@@ -60,9 +59,8 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
 
     Both files are opened, through one descriptor of the directory, before
     either is read: a concurrent overwrite cannot pair this manifest with the
-    arrays of another export, and files held open are never rewritten (see
-    ``_spare``). A directory swapped out and deleted meanwhile is opened again
-    from ``path``.
+    arrays of another export. A directory swapped out and deleted meanwhile is
+    opened again from ``path``.
     """
     for attempt in range(3):
         try:
@@ -134,43 +132,6 @@ class DirectoryFormat(Format):
                 finally:
                     os.close(dirfd)
         step("temp-synced")
-
-    def rewrite(
-        self,
-        spare: Path,
-        manifest: bytes,
-        arrays: Mapping[str, Any],
-        *,
-        compression: str,
-        step: Callable[[str], None],
-    ) -> bool:
-        """Write the checkpoint into the two files of ``spare`` in place, synced as ``write`` does.
-
-        ``spare`` is an old checkpoint of this process that nothing else holds
-        (see ``_spare``); return ``False``, having changed nothing, when it
-        cannot be reused.
-        """
-        claimed = claim_files(spare)
-        if claimed is None:
-            return False
-        dirfd, (npz_fd, man_fd) = claimed
-        try:
-            with open(npz_fd, "r+b", buffering=0, closefd=False) as npz:
-                write_npz(npz, arrays, compression, step)
-                size = npz.tell()
-            os.ftruncate(npz_fd, size)
-            step("arrays-written")
-            view = memoryview(manifest)
-            while view:
-                view = view[os.pwrite(man_fd, view, len(manifest) - len(view)) :]
-            os.ftruncate(man_fd, len(manifest))
-            step("manifest-written")
-            os.utime(dirfd)  # a new checkpoint, as a fresh directory would show it
-            fsync_all([npz_fd, man_fd], [dirfd], size + len(manifest))
-        finally:
-            release_files(dirfd, [npz_fd, man_fd])
-        step("temp-synced")
-        return True
 
     def sniff(self, path: Path) -> bool:
         return path.is_dir() and (path / MANIFEST).exists()
