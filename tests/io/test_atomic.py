@@ -298,3 +298,45 @@ def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path
     jio.export([3], path)  # missing target: swept
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
     assert jio.load(path) == [3]
+
+
+@pytest.mark.parametrize(
+    "kind", ["zip-with-manifest", "zip-with-foreign-manifest", "dir-with-foreign-manifest"]
+)
+def test_overwrite_refuses_a_look_alike(kind: str, tmp_path: Path) -> None:
+    """overwrite=True replaces only a path whose manifest parses as a jaxstruct manifest: a
+    user's zip holding a member named manifest.json (a web extension, say) or a directory
+    whose manifest.json starts like ours but is not ours is left alone."""
+    import zipfile
+
+    if kind.startswith("zip"):
+        path = tmp_path / "mine.zip"
+        text = (
+            '{"name": "my extension", "version": "1.0"}'
+            if kind == "zip-with-manifest"
+            else '{"format":"jaxstruct","note":"not really"}'
+        )
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("manifest.json", text)
+            archive.writestr("background.js", "console.log('precious')")
+    else:
+        path = tmp_path / "mine"
+        path.mkdir()
+        (path / "manifest.json").write_text('{"format":"jaxstruct","version":1}')
+        (path / "arrays.npz").write_bytes(b"precious")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(SerializationError, match="not a jaxstruct"):
+        jio.export({"w": np.ones(2)}, path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    if kind.startswith("zip"):
+        with zipfile.ZipFile(path) as archive:
+            assert archive.read("background.js") == b"console.log('precious')"
+
+
+def test_overwrite_replaces_our_zip_and_directory(tmp_path: Path) -> None:
+    """Checkpoints of the same format are still replaced (and a zip of a directory checkpoint,
+    which the zip format reads, counts as one)."""
+    for name in ("c.zip", "c"):
+        path = jio.export({"v": 1}, tmp_path / name, compression="deflate")
+        jio.export({"v": 2}, path, overwrite=True)
+        assert jio.load(path) == {"v": 2}
