@@ -296,3 +296,32 @@ def test_loading_leaves_access_times_alone(fmt: str, tmp_path: Path) -> None:
     before = [file.stat().st_atime_ns for file in files]
     jio.load(path)
     assert [file.stat().st_atime_ns for file in files] == before
+
+
+def test_gc_is_paused_for_the_parse_only(tmp_path: Path) -> None:
+    """Load pauses Python's collector only while it parses the manifest: user code it calls
+    (select, migrations) runs with the collector as the user left it."""
+    import gc
+
+    from jaxstruct.io import _manifest
+
+    seen: list[bool] = []
+    path = jio.export({"a": np.arange(3.0), "b": [1, 2]}, tmp_path / "ck")
+
+    def select(value: Any) -> Any:
+        seen.append(gc.isenabled())
+        return value["a"]
+
+    real = _manifest.json.loads
+
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    assert gc.isenabled()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_manifest.json, "loads", parse)
+        jio.load(path, select=select)
+    assert seen[0] is False  # the parse
+    assert seen[1:] and all(seen[1:]), seen  # select, on the skeleton and on the value
+    assert gc.isenabled()
