@@ -46,6 +46,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -432,16 +433,42 @@ def publish(
                         "pass overwrite=True to replace it"
                     ) from None
                 checked = False
-        fsync_dir(target.parent)
-        step("published")
+        # The swapped-out old checkpoint is deleted on the pool while the parent is
+        # fsynced (both wait on the disk, which serves them together), and waited for.
+        deleting = _delete_soon(old) if old is not None else None
+        try:
+            fsync_dir(target.parent)
+            step("published")
+        finally:
+            if deleting is not None:
+                deleting.result()
+                old = None
     finally:
-        # On success this removes the swapped-out old checkpoint; on failure the
-        # half-written temporary. The target itself is never touched here.
+        # On failure, the half-written temporary (or the old checkpoint, if a
+        # failure came before its deletion). The target itself is never touched here.
         if old is None:
             remove(tmp)
-        elif not _remove_known(old):
-            remove(old)
+        else:
+            _remove_old(old)
     step("done")
+
+
+def _delete_soon(old: Path) -> Future[None]:
+    """Start deleting ``old`` on the pool (inline while a crash test watches the steps)."""
+    if STEP_HOOK is not None:  # crash tests see every step on the calling thread
+        done: Future[None] = Future()
+        _remove_old(old)
+        done.set_result(None)
+        return done
+    from ._pools import pool
+
+    return pool().submit(_remove_old, old)
+
+
+def _remove_old(old: Path) -> None:
+    """Delete a swapped-out old checkpoint (a file's swap leaves nothing at ``old``)."""
+    if not _remove_known(old):
+        remove(old)
 
 
 def _remove_known(path: Path) -> bool:

@@ -127,7 +127,7 @@ class DirectoryFormat(Format):
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
                 try:
-                    fsync_all([npz.fileno(), man.fileno()], [dirfd], npz.tell() + len(manifest))
+                    fsync_all([npz.fileno(), man.fileno()], [dirfd])
                 finally:
                     os.close(dirfd)
         step("temp-synced")
