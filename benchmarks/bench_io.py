@@ -27,10 +27,13 @@ Targets (issue 13):
   the data is still resident before any ``gc.collect()`` (no reference cycle
   holds a buffer);
 * export (``compression="auto"``) <= 1.6x the limit;
-* small checkpoint (a Struct of 10 tiny arrays): export+load cycles per second
-  >= those of ``numpy.savez`` + ``numpy.load`` (JAX arrays in and out; numpy does
-  not fsync). Also reported: numpy with the same durability (temporary file,
-  fsync, rename, fsync of the directory) and a raw write+fsync+read of the bytes;
+* small checkpoint (a Struct of 10 tiny arrays, ``overwrite=True`` export then
+  load; issue 21): export+load cycles per second >= 0.9x those of
+  ``numpy.savez`` + ``numpy.load`` (JAX arrays in and out; numpy does not
+  fsync), and >= 1.0x those of numpy with the same durability (temporary file,
+  fsync, rename, fsync of the directory). Reported as numpy's rate over ours, so
+  the targets read <= 1/0.9 and <= 1.0. Also reported: a raw write+fsync+read of
+  the bytes;
 * zip <= 1.1x directory, for export and for load (the median ratio of
   ``--zip-rounds`` pairs, half run in each order: the run that comes second in a
   pair is often slowed by the first, whichever it is).
@@ -62,6 +65,10 @@ from _memory import aligned, reset_peak, status
 N_ARRAYS = 64
 TOTAL = 256 << 20
 SMALL_ARRAYS = 10
+# Small-cycle targets as numpy's rate over ours: ours >= 0.9x plain numpy (which does
+# not fsync) and >= 1.0x numpy with the same durability.
+SMALL_PLAIN_TARGET = round(1 / 0.9, 2)
+SMALL_DURABLE_TARGET = 1.0
 HERE = Path(__file__).resolve()
 
 # --------------------------------------------------------------------------- child side
@@ -499,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             row = Row(
                 f"small checkpoint ({SMALL_ARRAYS} tiny arrays): numpy savez+load cycles/s / ours",
                 "/s",
-                1.0,
+                SMALL_PLAIN_TARGET,
                 note=note,
             )
             for o, n in zip(rates["ours"], rates["numpy"], strict=True):
@@ -508,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             row = Row(
                 "small checkpoint, same durability: numpy savez+fsync+rename+load cycles/s / ours",
                 "/s",
-                1.0,
+                SMALL_DURABLE_TARGET,
             )
             for o, n in zip(rates["ours"], rates["numpy_durable"], strict=True):
                 row.add(o, n, n / o)

@@ -10,7 +10,10 @@ sides run in every round, in an order rotated from round to round:
 
 * **limit**: save = write the shards' bytes to one file and ``fsync`` it;
   restore = read that file into 64-byte-aligned buffers, one per shard, and
-  ``jax.device_put`` each (JAX adopts them without a copy);
+  ``jax.device_put`` each (JAX adopts them without a copy). Like orbax (whose
+  tensorstore writes and reads the chunks of every shard at once) and our
+  format on top of it, the limit works on all shards at once: one thread per
+  shard writes (``pwrite``) or reads (``preadv``) the shard at its own offset;
 * **orbax**: ``StandardCheckpointer.save`` / ``.restore`` with the abstract target;
 * **jaxstruct**: ``export(format="orbax")`` / ``load(target=...)``.
 
@@ -40,6 +43,7 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 import argparse
+import concurrent.futures
 import gc
 import json
 import shutil
@@ -149,33 +153,47 @@ def _shape(gib: float) -> tuple[int, int]:
     return max(8, int(gib * GiB) // (4 * COLS) // 8 * 8), COLS
 
 
+def _on_threads(jobs: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``jobs`` at once, one thread each (as many as shards), and return their results."""
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as workers:
+        return [f.result() for f in [workers.submit(job) for job in jobs]]
+
+
 def _write_raw(arr: jax.Array, path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    row_bytes = arr.shape[1] * arr.dtype.itemsize
+
+    def write(shard: Any) -> None:
+        view = memoryview(np.asarray(shard.data)).cast("B")  # pyright: ignore[reportArgumentType]
+        offset = (shard.index[0].start or 0) * row_bytes
+        done = 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], offset + done)
+
     try:
-        for shard in sorted(arr.addressable_shards, key=lambda s: s.index[0].start or 0):
-            view = memoryview(np.asarray(shard.data)).cast("B")  # pyright: ignore[reportArgumentType]
-            done = 0
-            while done < len(view):
-                done += os.write(fd, view[done:])
+        _on_threads([lambda shard=shard: write(shard) for shard in arr.addressable_shards])
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
 def _read_raw(path: Path, shape: tuple[int, int], sharding: NamedSharding) -> jax.Array:
-    arrays = []
     fd = os.open(path, os.O_RDONLY)
+
+    def read(device: Any, index: Any) -> Any:
+        rows = range(*(index[0] if index else slice(None)).indices(shape[0]))
+        nbytes = len(rows) * shape[1] * 4
+        buf = aligned(nbytes)
+        view = memoryview(buf)  # pyright: ignore[reportArgumentType]
+        done = 0
+        while done < nbytes:
+            done += os.preadv(fd, [view[done:]], rows.start * shape[1] * 4 + done)
+        host = buf.view(np.float32).reshape(len(rows), shape[1])
+        return jax.device_put(host, device)
+
     try:
-        for device, index in sharding.addressable_devices_indices_map(shape).items():
-            rows = range(*(index[0] if index else slice(None)).indices(shape[0]))
-            nbytes = len(rows) * shape[1] * 4
-            buf = aligned(nbytes)
-            view = memoryview(buf)  # pyright: ignore[reportArgumentType]
-            done = 0
-            while done < nbytes:
-                done += os.preadv(fd, [view[done:]], rows.start * shape[1] * 4 + done)
-            host = buf.view(np.float32).reshape(len(rows), shape[1])
-            arrays.append(jax.device_put(host, device))
+        placed = sharding.addressable_devices_indices_map(shape).items()
+        arrays = _on_threads([lambda d=d, i=i: read(d, i) for d, i in placed])
     finally:
         os.close(fd)
     return jax.make_array_from_single_device_arrays(shape, sharding, arrays)

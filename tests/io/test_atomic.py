@@ -46,7 +46,6 @@ SERVER = textwrap.dedent(
             try:
                 jio.export(value(cmd["tag"], cmd["size"]), cmd["path"], overwrite=True,
                            compression=cmd["compression"])
-                _atomic.drain()  # os._exit skips waiting for the old checkpoint's removal
             finally:
                 os._exit(0)
         if cmd["delay"] is not None:
@@ -176,7 +175,6 @@ def test_overwrite_replaces_a_checkpoint(tmp_path: Path) -> None:
         path = jio.export([1], tmp_path / f"c{suffix}")
         jio.export([2], path, overwrite=True)
         assert jio.load(path) == [2]
-    _atomic.drain()  # the old directory is removed in the background
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.zip"]
 
 
@@ -265,7 +263,7 @@ def test_debris_of_dead_processes_is_cleaned(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    stale = tmp_path / f".c.jaxstruct-tmp-{dead.stdout.strip()}-abc"
+    stale = tmp_path / f".c.jaxstruct-tmp-{_atomic.host_tag()}-{dead.stdout.strip()}-abc"
     stale.mkdir()
     (stale / "manifest.json").write_text("{}")
     jio.export([1], tmp_path / "c")
@@ -285,7 +283,7 @@ def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path
     path = jio.export([0], tmp_path / "c")
 
     def plant(tag: str) -> Path:
-        stale = tmp_path / f".c.jaxstruct-tmp-{pid}-{tag}"
+        stale = tmp_path / f".c.jaxstruct-tmp-{_atomic.host_tag()}-{pid}-{tag}"
         stale.mkdir()
         (stale / "manifest.json").write_text("{}")
         return stale
@@ -300,3 +298,45 @@ def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path
     jio.export([3], path)  # missing target: swept
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
     assert jio.load(path) == [3]
+
+
+@pytest.mark.parametrize(
+    "kind", ["zip-with-manifest", "zip-with-foreign-manifest", "dir-with-foreign-manifest"]
+)
+def test_overwrite_refuses_a_look_alike(kind: str, tmp_path: Path) -> None:
+    """overwrite=True replaces only a path whose manifest parses as a jaxstruct manifest: a
+    user's zip holding a member named manifest.json (a web extension, say) or a directory
+    whose manifest.json starts like ours but is not ours is left alone."""
+    import zipfile
+
+    if kind.startswith("zip"):
+        path = tmp_path / "mine.zip"
+        text = (
+            '{"name": "my extension", "version": "1.0"}'
+            if kind == "zip-with-manifest"
+            else '{"format":"jaxstruct","note":"not really"}'
+        )
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("manifest.json", text)
+            archive.writestr("background.js", "console.log('precious')")
+    else:
+        path = tmp_path / "mine"
+        path.mkdir()
+        (path / "manifest.json").write_text('{"format":"jaxstruct","version":1}')
+        (path / "arrays.npz").write_bytes(b"precious")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(SerializationError, match="not a jaxstruct"):
+        jio.export({"w": np.ones(2)}, path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    if kind.startswith("zip"):
+        with zipfile.ZipFile(path) as archive:
+            assert archive.read("background.js") == b"console.log('precious')"
+
+
+def test_overwrite_replaces_our_zip_and_directory(tmp_path: Path) -> None:
+    """Checkpoints of the same format are still replaced (and a zip of a directory checkpoint,
+    which the zip format reads, counts as one)."""
+    for name in ("c.zip", "c"):
+        path = jio.export({"v": 1}, tmp_path / name, compression="deflate")
+        jio.export({"v": 2}, path, overwrite=True)
+        assert jio.load(path) == {"v": 2}

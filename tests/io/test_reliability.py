@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -118,7 +119,6 @@ def test_racing_overwrites_to_a_new_path_both_succeed(suffix: str, tmp_path: Pat
             proc.wait(60)
             if proc.stdout:
                 proc.stdout.close()
-    _atomic.drain()
 
 
 def _peak_of_to_state_dict(depth: int) -> int:
@@ -188,3 +188,126 @@ def test_strings_with_brackets_do_not_count_as_nodes(tmp_path: Path) -> None:
     path = jio.export(value, tmp_path / "ck")
     assert jio.load(path, max_nodes=3) == value
     np.testing.assert_equal(jio.load(path, max_nodes=3), value)
+
+
+# Exports with RENAME_EXCHANGE unavailable and stops (SIGSTOP) between the two
+# fallback renames, so the test can look at the disk in that window.
+STOPPED_BETWEEN_RENAMES = KILLED_BETWEEN_RENAMES.replace("signal.SIGKILL", "signal.SIGSTOP")
+
+
+def test_load_reads_the_parked_checkpoint_between_the_renames(tmp_path: Path) -> None:
+    """Without RENAME_EXCHANGE, a load between the two renames (or after a kill there) reads
+    the parked old checkpoint instead of raising FileNotFoundError."""
+    path = jio.export({"tag": "old"}, tmp_path / "ck")
+    writer = subprocess.Popen([sys.executable, "-c", STOPPED_BETWEEN_RENAMES, str(path)], env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not path.exists()  # parked: only the old checkpoint's parked name exists
+        assert jio.load(path) == {"tag": "old"}
+        assert jio.load(str(path)) == {"tag": "old"}
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+        assert writer.wait(120) == 0
+    assert jio.load(path) == {"tag": "new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_load_reads_the_parked_checkpoint_after_a_kill(tmp_path: Path) -> None:
+    """After kill -9 between the renames, load reads the old checkpoint before any export."""
+    path = jio.export({"tag": "old"}, tmp_path / "ck")
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(path)], env=ENV, check=False, timeout=120
+    )
+    assert proc.returncode == -9 and not path.exists()
+    assert jio.load(path) == {"tag": "old"}
+    with pytest.raises(FileNotFoundError):
+        jio.load(tmp_path / "other")
+
+
+# Exports over an existing checkpoint, then leaves with os._exit as multiprocessing
+# workers do: nothing may be left to a thread that os._exit cuts short.
+EXIT_AFTER_OVERWRITE = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    import jaxstruct.io as jio
+
+    path, blocking = sys.argv[1], sys.argv[2] == "blocking"
+    new = {"tag": "new", "w": np.zeros(3)}
+    if blocking:
+        jio.export(new, path, overwrite=True)
+    else:
+        jio.export(new, path, overwrite=True, blocking=False).wait()
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["blocking", "non-blocking"])
+def test_overwrite_then_os_exit_leaves_no_old_checkpoint(mode: str, tmp_path: Path) -> None:
+    """export(overwrite=True) (or its handle's wait) returns only once the replaced checkpoint
+    is gone, so a process ending with os._exit right after leaves nothing hidden."""
+    for i in range(3):
+        path = jio.export(
+            {"tag": "old", "w": np.ones(8 << 20, np.float32)},
+            tmp_path / f"ck{i}",
+            compression="none",
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", EXIT_AFTER_OVERWRITE, str(path), mode],
+            env=ENV,
+            check=False,
+            timeout=120,
+        )
+        assert proc.returncode == 0
+        assert jio.load(path)["tag"] == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck0", "ck1", "ck2"]
+
+
+def _plant(target: Path, name: str, age_s: float = 0.0) -> Path:
+    stale = target.with_name(name)
+    stale.mkdir()
+    (stale / "arrays.npz").write_bytes(b"half written")
+    if age_s:
+        then = time.time() - age_s
+        for p in (stale / "arrays.npz", stale):
+            os.utime(p, (then, then))
+    return stale
+
+
+def test_young_temporary_of_another_host_is_not_swept(tmp_path: Path) -> None:
+    """A temporary named by another host (or container) is left alone while it is young, even
+    when its pid means no live process here; once unchanged for FOREIGN_AGE_S it is swept.
+    This host's temporaries of dead processes go at once."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    target = tmp_path / "ck"
+    other = "h0123456789" if _atomic.host_tag() != "h0123456789" else "h9876543210"
+    young = _plant(target, f".ck.jaxstruct-tmp-{other}-{dead}-aaaa")
+    legacy = _plant(target, f".ck.jaxstruct-tmp-{dead}-bbbb")  # an older jaxstruct's name
+    old = _plant(target, f".ck.jaxstruct-tmp-{other}-{dead}-cccc", _atomic.FOREIGN_AGE_S + 60)
+    mine = _plant(target, f".ck.jaxstruct-tmp-{_atomic.host_tag()}-{dead}-dddd")
+    jio.export([1], target)
+    assert young.exists() and legacy.exists()
+    assert (young / "arrays.npz").read_bytes() == b"half written"
+    assert not old.exists() and not mine.exists()
+    assert jio.load(target) == [1]
+
+
+def test_parked_checkpoint_of_another_host_is_read_not_moved(tmp_path: Path) -> None:
+    """A young parked checkpoint of another host is not moved back by an export (its writer
+    may be between its renames), but a load of the missing target reads it."""
+    target = tmp_path / "ck"
+    jio.export({"tag": "old"}, tmp_path / "src")
+    other = "h0123456789" if _atomic.host_tag() != "h0123456789" else "h9876543210"
+    parked = tmp_path / f".ck.jaxstruct-old-{other}-1-aaaa"
+    os.rename(tmp_path / "src", parked)
+    assert jio.load(target) == {"tag": "old"}
+    jio.export({"tag": "new"}, target)
+    assert parked.exists() and jio.load(target) == {"tag": "new"}

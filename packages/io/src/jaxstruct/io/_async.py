@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,17 @@ __all__ = ["ExportHandle", "host_copy", "wait_for_previous"]
 
 _lock = threading.Lock()
 _in_flight: dict[str, ExportHandle] = {}
+
+
+def _forget_in_child() -> None:
+    """After a fork: the parent's background writes run in threads the child does not have."""
+    global _lock
+    _lock = threading.Lock()
+    _in_flight.clear()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class ExportHandle:

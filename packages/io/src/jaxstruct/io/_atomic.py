@@ -1,7 +1,7 @@
 """Publishing a checkpoint so that a crash never loses the previous one.
 
 A checkpoint is first written in full to a temporary sibling
-``.<name>.jaxstruct-tmp-<pid>-<random>`` (same directory, so the same
+``.<name>.jaxstruct-tmp-<host>-<pid>-<random>`` (same directory, so the same
 filesystem), every file and the directory are fsynced, and only then is it
 moved into place:
 
@@ -11,21 +11,26 @@ moved into place:
   ``FileExistsError``;
 * with ``overwrite``: a file is replaced with ``os.replace``; a directory is
   swapped with ``renameat2(RENAME_EXCHANGE)`` and the old one, now under the
-  temporary name, is deleted afterwards. At every instant the old or the new
-  checkpoint is at the target path. Without ``renameat2`` the directory swap
-  falls back to two renames: the old checkpoint is first *parked* under
-  ``.<name>.jaxstruct-old-<pid>-<random>``, then the new one is renamed into
-  place. A crash between the two leaves no checkpoint at the target, so the
-  next export to that target first moves the parked checkpoint back. If
+  temporary name, is deleted before the export returns. At every instant the
+  old or the new checkpoint is at the target path. Without ``renameat2`` (macOS,
+  filesystems without ``RENAME_EXCHANGE``) the directory swap falls back to
+  two renames: the old checkpoint is first *parked* under
+  ``.<name>.jaxstruct-old-<host>-<pid>-<random>``, then the new one is renamed
+  into place. Between the two, :func:`parked` finds it (``load`` reads it);
+  after a crash there, the next export to that target first moves it back. If
   another ``overwrite=True`` writer creates the target first, the loser
   replaces it: both succeed and one whole checkpoint remains.
 
-Temporaries left by a killed process carry its pid; an export to the same
-target removes those whose process is gone (after recovering a parked
-checkpoint). Every export to a missing target looks for them; a process that
-keeps overwriting one target looks once (listing the parent directory each
-time would cost a small checkpoint a good part of its export). They never
-block an export.
+Leftovers of killed processes are judged by the ``<host>`` tag in their name
+(:func:`host_tag`: the machine's boot and PID namespace, so that PIDs mean the
+same process): a leftover with this process's tag whose process is gone is
+removed at once; one with another tag (another host or container sharing the
+volume, or no tag: an older jaxstruct) only once nothing in it has changed for
+:data:`FOREIGN_AGE_S`, so a live writer elsewhere never loses its temporary.
+Every export to a missing target sweeps them, and so does the first
+overwrite of a target in each process (listing the parent directory each time
+would cost a small checkpoint a good part of its export). They never block an
+export.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import hashlib
 import os
 import secrets
 import shutil
+import socket
 import sys
-import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -45,15 +52,16 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from . import _spare
-
 __all__ = [
+    "FOREIGN_AGE_S",
     "STEP_HOOK",
     "clean_debris",
-    "drain",
     "exchange",
     "fsync_dir",
+    "host_tag",
+    "parked",
     "publish",
+    "remove",
     "rename_noreplace",
     "step",
     "temp_sibling",
@@ -68,6 +76,10 @@ _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
+#: Seconds without a change after which a leftover of another host (or of an
+#: older jaxstruct, whose names carry no host tag) is taken for debris.
+FOREIGN_AGE_S = 24 * 3600.0
+
 
 def step(name: str) -> None:
     """Mark a step boundary of an export (for crash tests)."""
@@ -75,9 +87,29 @@ def step(name: str) -> None:
         STEP_HOOK(name)
 
 
+@functools.cache
+def host_tag() -> str:
+    """A short tag naming where this process's PIDs mean something: machine, boot, PID namespace.
+
+    Two processes with the same tag can tell with ``kill(pid, 0)`` whether the
+    other is alive; processes on other hosts or in other containers sharing a
+    volume get another tag (unless they share the host name, the boot and the
+    PID namespace, in which case their PIDs are comparable anyway).
+    """
+    parts = [socket.gethostname(), "", ""]
+    try:
+        parts[1] = Path("/proc/sys/kernel/random/boot_id").read_text()
+        parts[2] = os.readlink("/proc/self/ns/pid")
+    except OSError:  # not Linux: the host name alone
+        pass
+    digest = hashlib.blake2b("\0".join(parts).encode("utf-8", "replace"), digest_size=5)
+    return "h" + digest.hexdigest()
+
+
 def temp_sibling(target: Path, kind: str = _TMP) -> Path:
-    """Return a fresh temporary path next to ``target``."""
-    return target.with_name(f".{target.name}{kind}{os.getpid()}-{secrets.token_hex(6)}")
+    """Return a fresh temporary path next to ``target`` (tagged with host and pid)."""
+    name = f".{target.name}{kind}{host_tag()}-{os.getpid()}-{secrets.token_hex(6)}"
+    return target.with_name(name)
 
 
 def fsync_dir(path: Path) -> None:
@@ -115,23 +147,73 @@ def remove(path: Path) -> None:
         pass
 
 
-def _dead_debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
-    """Split leftovers of dead processes into ``(temporaries, parked checkpoints)``."""
+def _last_change(path: Path) -> float:
+    """The newest modification time of ``path`` and (for a directory) its entries."""
+    try:
+        newest = os.lstat(path).st_mtime
+        if path.is_dir() and not path.is_symlink():
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:
+        return time.time()  # vanishing or unreadable: in use
+    return newest
+
+
+def _is_debris(path: Path, prefix: str, now: float) -> bool:
+    """Whether the leftover ``path`` (its name starts with ``prefix``) has no live writer.
+
+    A name of this host (``<tag>-<pid>-<random>`` with this process's tag) is
+    debris once its process is gone; any other name only once nothing in it
+    has changed for :data:`FOREIGN_AGE_S` (PIDs of another host mean nothing here).
+    """
+    tag, _, rest = path.name[len(prefix) :].partition("-")
+    pid_text = rest.partition("-")[0]
+    if tag == host_tag() and pid_text.isdigit():
+        return not _alive(int(pid_text))
+    return now - _last_change(path) > FOREIGN_AGE_S
+
+
+def _debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
+    """Split leftovers of finished writers into ``(temporaries, parked checkpoints)``."""
     temps: list[Path] = []
-    parked: list[Path] = []
-    for kind, out in ((_TMP, temps), (_PARKED, parked)):
+    parked_ones: list[Path] = []
+    now = time.time()
+    for kind, out in ((_TMP, temps), (_PARKED, parked_ones)):
         prefix = f".{target.name}{kind}"
         for name in names:
             if not name.startswith(prefix):
                 continue
-            pid_text = name[len(prefix) :].partition("-")[0]
-            if pid_text.isdigit() and not _alive(int(pid_text)):
-                out.append(target.parent / name)
-    return temps, parked
+            path = target.parent / name
+            if _is_debris(path, prefix, now):
+                out.append(path)
+    return temps, parked_ones
+
+
+def parked(target: Path) -> list[Path]:
+    """Checkpoints parked beside ``target`` by the two-rename swap, the most recent first.
+
+    Between the two renames (and after a crash there) the old checkpoint is
+    only under its parked name; :func:`exchange` parks one at a time, so the
+    most recently parked is the one that was at ``target``.
+    """
+    prefix = f".{target.name}{_PARKED}"
+    found: list[tuple[float, Path]] = []
+    try:
+        with os.scandir(target.parent) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix):
+                    try:
+                        found.append((entry.stat(follow_symlinks=False).st_ctime, Path(entry.path)))
+                    except OSError:
+                        continue
+    except OSError:
+        return []
+    return [path for _, path in sorted(found, key=lambda item: item[0], reverse=True)]
 
 
 def clean_debris(target: Path) -> None:
-    """Remove leftovers of ``target`` from dead processes, recovering a parked checkpoint first.
+    """Remove leftovers of ``target``'s finished writers, recovering a parked checkpoint first.
 
     A checkpoint parked by a process killed between the two renames of the
     fallback swap is moved back to ``target`` when nothing is there; only
@@ -144,17 +226,17 @@ def clean_debris(target: Path) -> None:
         return
     if not names:
         return
-    temps, parked = _dead_debris(target, names)
-    if parked and not os.path.lexists(target):
-        for candidate in parked:
+    temps, parked_ones = _debris(target, names)
+    if parked_ones and not os.path.lexists(target):
+        for candidate in [p for p in parked(target) if p in parked_ones]:
             try:
                 rename_noreplace(candidate, target)
             except OSError:
                 continue
             fsync_dir(target.parent)
-            parked.remove(candidate)
+            parked_ones.remove(candidate)
             break
-    for path in (*temps, *parked):
+    for path in (*temps, *parked_ones):
         remove(path)
 
 
@@ -265,13 +347,13 @@ def publish(
     is_ours: Callable[[Path], bool],
     what: str = "checkpoint",
     checked: bool = False,
-    rewrite: Callable[[Path], bool] | None = None,
 ) -> None:
     """Create a checkpoint at ``target`` so that a crash never loses the one already there.
 
     ``write(tmp)`` creates the whole checkpoint, fsynced, at a fresh temporary
     sibling ``tmp``; it is then moved into place atomically and the parent
-    directory is fsynced. Missing parent directories are created.
+    directory is fsynced. Missing parent directories are created. A replaced
+    checkpoint is deleted before this returns.
 
     Args:
         target: absolute path of the checkpoint.
@@ -281,10 +363,6 @@ def publish(
         what: names what ``is_ours`` accepts in messages (``"zip checkpoint"``).
         checked: the caller has just found that ``target`` is a checkpoint
             ``is_ours`` accepts (it is not looked at again unless it vanishes).
-        rewrite: writes the checkpoint, as ``write`` does, into an old
-            checkpoint kept as the target's spare (``_spare``), or returns
-            ``False`` when it cannot. With it, an old checkpoint this export
-            swaps out may be kept as the next spare instead of being deleted.
 
     Raises:
         FileExistsError: ``target`` exists and ``overwrite`` is false.
@@ -323,16 +401,11 @@ def publish(
     if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
         refuse_existing()
         checked = True
-    spare = _spare.take(target) if rewrite is not None else None
-    tmp = temp_sibling(target) if spare is None else spare
+    tmp = temp_sibling(target)
     old: Path | None = None
     try:
         try:
-            if spare is None or not rewrite(spare):  # pyright: ignore[reportOptionalCall]
-                if spare is not None:
-                    remove(spare)
-                    tmp = temp_sibling(target)
-                write(tmp)
+            write(tmp)
             if not os.path.lexists(tmp):
                 raise SerializationError(
                     f"{str(target)!r}: writing the {what} returned without creating it; "
@@ -365,59 +438,51 @@ def publish(
                         "pass overwrite=True to replace it"
                     ) from None
                 checked = False
-        fsync_dir(target.parent)
-        step("published")
+        # The swapped-out old checkpoint is deleted on the pool while the parent is
+        # fsynced (both wait on the disk, which serves them together), and waited for.
+        deleting = _delete_soon(old) if old is not None else None
+        try:
+            fsync_dir(target.parent)
+            step("published")
+        finally:
+            if deleting is not None:
+                deleting.result()
+                old = None
     finally:
-        # On success this removes the swapped-out old checkpoint; on failure the
-        # half-written temporary. The target itself is never touched here.
-        if old is not None and old.is_dir():
-            # A parked name (the fallback swap) is never kept: after a crash the
-            # next export could take it for a checkpoint to recover.
-            if rewrite is None or _TMP not in old.name or not _spare.keep(target, old):
-                _remove_later(old)
+        # On failure, the half-written temporary (or the old checkpoint, if a
+        # failure came before its deletion). The target itself is never touched here.
+        if old is None:
+            remove(tmp)
         else:
-            remove(old if old is not None else tmp)
+            _remove_old(old)
     step("done")
 
 
-def _remove_later(path: Path) -> None:
-    """Delete a swapped-out old checkpoint on the worker pool (unlinking is slow on some disks).
-
-    It already sits under a temporary name that carries this process's id:
-    if the process dies first, the next export to the target removes it.
-    """
-    if STEP_HOOK is not None:  # crash tests observe every step on the calling thread
-        remove(path)
-        return
-    if _remove_known(path):
-        return
-    names = _small_tree(path)
-    if names is not None:
-        # A small checkpoint goes faster than a hand-over to a thread: unlink its
-        # few files and the directory directly (rmtree's safe walk costs more).
-        try:
-            for name in names:
-                os.unlink(os.path.join(path, name))
-            os.rmdir(path)
-        except OSError:
-            remove(path)
-        return
+def _delete_soon(old: Path) -> Future[None]:
+    """Start deleting ``old`` on the pool (inline while a crash test watches the steps)."""
+    if STEP_HOOK is not None:  # crash tests see every step on the calling thread
+        done: Future[None] = Future()
+        _remove_old(old)
+        done.set_result(None)
+        return done
     from ._pools import pool
 
-    with _PENDING_LOCK:
-        _PENDING.append(pool().submit(remove, path))
-        _PENDING[:] = [f for f in _PENDING if not f.done()]
+    return pool().submit(_remove_old, old)
+
+
+def _remove_old(old: Path) -> None:
+    """Delete a swapped-out old checkpoint (a file's swap leaves nothing at ``old``)."""
+    if not _remove_known(old):
+        remove(old)
 
 
 def _remove_known(path: Path) -> bool:
-    """Delete a small checkpoint laid out as export writes it; return whether it is gone.
+    """Delete a checkpoint directory laid out as export writes it; return whether it is gone.
 
-    A directory holding just ``manifest.json`` and a small ``arrays.npz`` goes
-    with four system calls; anything else is left for the careful removal.
+    A directory holding just ``manifest.json`` and ``arrays.npz`` goes with
+    three system calls; anything else is left for the careful removal.
     """
     try:
-        if os.lstat(os.path.join(path, "arrays.npz")).st_size > _SMALL_TREE:
-            return False
         os.unlink(os.path.join(path, "manifest.json"))
         os.unlink(os.path.join(path, "arrays.npz"))
         os.rmdir(path)
@@ -426,44 +491,8 @@ def _remove_known(path: Path) -> bool:
     return True
 
 
-_SMALL_TREE = 8 << 20  # bytes: unlinking this much takes well under a millisecond
-_SMALL_TREE_FILES = 16
-
-
-def _small_tree(path: Path) -> list[str] | None:
-    """The names in ``path`` if it is a directory of a few small regular files, else ``None``."""
-    names: list[str] = []
-    try:
-        with os.scandir(path) as entries:
-            total = 0
-            for entry in entries:
-                if len(names) >= _SMALL_TREE_FILES or not entry.is_file(follow_symlinks=False):
-                    return None
-                total += entry.stat(follow_symlinks=False).st_size
-                if total > _SMALL_TREE:
-                    return None
-                names.append(entry.name)
-    except OSError:
-        return None
-    return names
-
-
 # Targets whose debris this process has already swept (a sweep lists the parent).
 _SWEPT: set[Path] = set()
 _SWEPT_MAX = 4096
-_PENDING: list[Future[None]] = []
-_PENDING_LOCK = threading.Lock()
-
-
-def drain() -> None:
-    """Wait until every old checkpoint scheduled for removal is gone, and remove the spares.
-
-    Interpreter exit does both anyway; ``os._exit`` does not (what it leaves
-    behind is removed by the next export to the same target).
-    """
-    _spare.remove_all()
-    with _PENDING_LOCK:
-        pending = list(_PENDING)
-        _PENDING.clear()
-    for future in pending:
-        future.result()
+if hasattr(os, "register_at_fork"):  # a forked child sweeps for itself
+    os.register_at_fork(after_in_child=_SWEPT.clear)

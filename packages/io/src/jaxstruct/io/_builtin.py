@@ -26,11 +26,10 @@ from . import _zip, _zipread
 from ._files import open_noatime, open_regular, read_all
 from ._formats import Format
 from ._limits import Limits
-from ._manifest import check_node_budget
+from ._manifest import check_node_budget, parse_manifest
 from ._npzread import NpzCheckpoint, aligned_empty, read_member
 from ._npzwrite import members as npz_members
 from ._npzwrite import write_npz
-from ._spare import claim_files, release_files
 from ._sync import fsync_all
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
@@ -47,7 +46,6 @@ def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationErr
     )
 
 
-_MANIFEST_START = b'{"format":"jaxstruct"'
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
@@ -60,9 +58,8 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
 
     Both files are opened, through one descriptor of the directory, before
     either is read: a concurrent overwrite cannot pair this manifest with the
-    arrays of another export, and files held open are never rewritten (see
-    ``_spare``). A directory swapped out and deleted meanwhile is opened again
-    from ``path``.
+    arrays of another export. A directory swapped out and deleted meanwhile is
+    opened again from ``path``.
     """
     for attempt in range(3):
         try:
@@ -130,65 +127,30 @@ class DirectoryFormat(Format):
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
                 try:
-                    fsync_all([npz.fileno(), man.fileno()], [dirfd], npz.tell() + len(manifest))
+                    fsync_all([npz.fileno(), man.fileno()], [dirfd])
                 finally:
                     os.close(dirfd)
         step("temp-synced")
-
-    def rewrite(
-        self,
-        spare: Path,
-        manifest: bytes,
-        arrays: Mapping[str, Any],
-        *,
-        compression: str,
-        step: Callable[[str], None],
-    ) -> bool:
-        """Write the checkpoint into the two files of ``spare`` in place, synced as ``write`` does.
-
-        ``spare`` is an old checkpoint of this process that nothing else holds
-        (see ``_spare``); return ``False``, having changed nothing, when it
-        cannot be reused.
-        """
-        claimed = claim_files(spare)
-        if claimed is None:
-            return False
-        dirfd, (npz_fd, man_fd) = claimed
-        try:
-            with open(npz_fd, "r+b", buffering=0, closefd=False) as npz:
-                write_npz(npz, arrays, compression, step)
-                size = npz.tell()
-            os.ftruncate(npz_fd, size)
-            step("arrays-written")
-            view = memoryview(manifest)
-            while view:
-                view = view[os.pwrite(man_fd, view, len(manifest) - len(view)) :]
-            os.ftruncate(man_fd, len(manifest))
-            step("manifest-written")
-            os.utime(dirfd)  # a new checkpoint, as a fresh directory would show it
-            fsync_all([npz_fd, man_fd], [dirfd], size + len(manifest))
-        finally:
-            release_files(dirfd, [npz_fd, man_fd])
-        step("temp-synced")
-        return True
 
     def sniff(self, path: Path) -> bool:
         return path.is_dir() and (path / MANIFEST).exists()
 
     def owns(self, path: Path) -> bool:
-        """Whether ``path`` is a checkpoint written by this format (which ``overwrite`` replaces).
+        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces).
 
-        One small read, not a full open: the manifest must start as export writes it.
+        Its ``manifest.json`` must parse as a jaxstruct manifest of this container.
         """
         try:
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return False
-            fd = open_noatime(path / MANIFEST, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
+            fd, size = open_regular(path / MANIFEST, follow=False)
+        except (OSError, SerializationError):
             return False
         try:
-            return os.read(fd, len(_MANIFEST_START)) == _MANIFEST_START
-        except OSError:
+            if size > Limits().max_manifest_bytes:
+                return False
+            return _is_our_manifest(read_all(fd, size, repr(str(path))), self)
+        except (OSError, SerializationError):
             return False
         finally:
             os.close(fd)
@@ -279,17 +241,29 @@ class ZipFormat(Format):
             os.close(fd)
 
     def owns(self, path: Path) -> bool:
-        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
-        if not path.is_file():
+        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces).
+
+        A zip archive that merely holds a member named ``manifest.json`` is not:
+        that member must parse as a jaxstruct manifest of this container.
+        """
+        try:
+            if not path.is_file():
+                return False
+            fd, size = open_regular(path, follow=True)
+        except (OSError, SerializationError):
             return False
-        fd = open_noatime(path, os.O_RDONLY)
+        where = repr(str(path))
+        limits = Limits()
         try:
             if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
-            # The central directory sits at the end: it must name manifest.json.
-            size = os.fstat(fd).st_size
-            start = max(0, size - (1 << 16))
-            return b"manifest.json" in os.pread(fd, size - start, start)
+            index = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            entry = index.entries.get(MANIFEST)
+            if entry is None or entry.size > limits.max_manifest_bytes:
+                return False
+            return _is_our_manifest(read_member(fd, entry, where, index), self)
+        except (OSError, SerializationError):
+            return False
         finally:
             os.close(fd)
 
@@ -332,6 +306,15 @@ class ZipFormat(Format):
         opened = NpzCheckpoint(fd, inner, f"{where} (arrays.npz)", manifest, frozenset())
         opened.container = npz
         return opened
+
+
+def _is_our_manifest(data: bytes, fmt: Format) -> bool:
+    """Whether ``data`` parses as a jaxstruct manifest written for ``fmt``'s container."""
+    try:
+        top = parse_manifest(data, "manifest.json")
+    except SerializationError:
+        return False
+    return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))
 
 
 def _write_all(handle: Any, data: _zip.Chunk) -> None:

@@ -11,15 +11,14 @@ from typing import Any, Literal, overload
 
 from jaxstruct.registry import SerializationError
 
-from . import _async, _atomic, _gc, _multihost
+from . import _async, _atomic, _multihost
 from ._async import ExportHandle
-from ._builtin import DirectoryFormat
 from ._contract import write_checked
 from ._decode import Resolver, decode_state
 from ._detect import format_for_export, is_checkpoint, open_checkpoint
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
-from ._formats import ArraySpec, Format, PendingWrite
+from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest
 from ._partial import outside_selection, undecoded_codec
@@ -93,13 +92,10 @@ def _publish(
     overwrite: bool,
     write: Callable[[Path], None],
     checked: bool = False,
-    *,
-    rewrite: Callable[[Path], bool] | None = None,
 ) -> None:
     """Create the checkpoint at a temporary sibling with ``write`` and move it into place.
 
     ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
-    ``rewrite``: writes it into the target's spare instead, if it can (``_spare``).
     """
     _atomic.publish(
         target,
@@ -108,7 +104,6 @@ def _publish(
         is_ours=_is_ours(fmt),
         what=f"{fmt.name} checkpoint",
         checked=checked,
-        rewrite=rewrite,
     )
 
 
@@ -212,16 +207,12 @@ def _write_everywhere(
             _atomic.step("published")
             _atomic.step("done")
             return None
-        rewrite = getattr(fmt, "rewrite", None) if type(fmt) is DirectoryFormat else None
         _publish(
             target,
             fmt,
             overwrite,
             lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
             checked,
-            rewrite=None
-            if rewrite is None
-            else lambda spare: rewrite(spare, manifest, arrays, compression=compression, step=step),
         )
         return None
     # A single-writer format in a multi-process run: process 0 checks the path and
@@ -473,11 +464,7 @@ def load(
     """
     lim = limits_from_kwargs("load", limits)
     resolver = Resolver(load_cls, allow_imports)
-    # Parsing the manifest and rebuilding the value make a few objects per node,
-    # none cyclic: the collector's passes over 100,000 of them cost more than that.
-    with _gc.paused():
-        value = _load(path, lim, resolver, target=target, select=select)
-    return value
+    return _load(path, lim, resolver, target=target, select=select)
 
 
 def _load(
@@ -492,7 +479,7 @@ def _load(
     if isinstance(where_path, Path):
         where_path = Path(os.fspath(path))
     where = repr(str(where_path))
-    _, opened, top = open_checkpoint(where_path, lim)
+    _, opened, top = _open_or_parked(where_path, lim)
     try:
         manifest = top["manifest"]
         if not isinstance(manifest, dict) or set(manifest) != {"root", "nodes"}:
@@ -543,6 +530,30 @@ def _load(
         codec_named=outside_selection(list(stand_ins.values())) if stand_ins else None,
     )
     return value if select is None else select(value)
+
+
+def _open_or_parked(path: Any, lim: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
+    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs.
+
+    Where the directory swap takes two renames (no ``renameat2``), the old
+    checkpoint is only under its parked name between them, or after a crash
+    there: it is read from there, so the old or the new checkpoint always loads.
+    """
+    for _ in range(3):
+        try:
+            return open_checkpoint(path, lim)
+        except FileNotFoundError:
+            if not isinstance(path, Path):
+                raise
+            found = _atomic.parked(Path(os.path.abspath(path)))
+            if not found:
+                raise
+        for candidate in found:
+            try:
+                return open_checkpoint(candidate, lim)
+            except FileNotFoundError:
+                continue  # deleted meanwhile: the new checkpoint is in place by now
+    return open_checkpoint(path, lim)
 
 
 def _abstract_arrays(table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from jaxstruct.registry import (
 from ._dtypes import parse_dtype
 from ._encode import PATH_TYPES
 from ._foreign import imported_node_class, unflatten_node
+from ._jax_private import weakly_typed
 from ._limits import Limits
 from ._paths import key_label
 from ._structs import build_struct, struct_fields
@@ -406,11 +407,8 @@ def _weakly_typed(arr: Any) -> Any:
         if isinstance(arr, jax.Array):
             out = jax.device_put(out, arr.sharding)
     else:
-        try:  # JAX has no public constructor for weakly typed arrays with a shape
-            from jax._src.lax.lax import _convert_element_type
-
-            out = _convert_element_type(arr, weak_type=True)
-        except (ImportError, TypeError, ValueError):
+        out = weakly_typed(arr)  # JAX has no public constructor for these
+        if out is None:
             return None
     # The dtype differs only if jax_enable_x64 changed since the export.
     if out.dtype != arr.dtype or not getattr(out, "weak_type", False):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -12,6 +13,25 @@ __all__ = ["paused"]
 _lock = threading.Lock()
 _holders = 0  # blocks inside paused(), in every thread
 _restore = False  # whether the collector was on when the first of them entered
+
+
+def _reset_in_child() -> None:
+    """After a fork: a fresh lock, and no pause held by threads the child does not have.
+
+    The collector is turned back on if a block had paused it (the child
+    cannot tell whether the forking thread's own block is among them; such a
+    block then runs its rest with the collector on).
+    """
+    global _lock, _holders
+    _lock = threading.Lock()
+    if _holders:
+        _holders = 0
+        if _restore:
+            gc.enable()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
+    os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextlib.contextmanager
@@ -34,6 +54,7 @@ def paused() -> Iterator[None]:
         yield
     finally:
         with _lock:
-            _holders -= 1
-            if _holders == 0 and _restore:
-                gc.enable()
+            if _holders:  # zero when a fork reset the count inside this block
+                _holders -= 1
+                if _holders == 0 and _restore:
+                    gc.enable()

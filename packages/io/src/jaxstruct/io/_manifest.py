@@ -161,7 +161,10 @@ def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise SerializationError(f"{where}: manifest is not UTF-8 text") from None
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        # A few objects per node, none cyclic: the collector's passes over the
+        # 100,000 nodes of as many arrays would cost more than building them.
+        with _gc.paused():
+            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
         raise SerializationError(f"{where}: malformed manifest: {err}") from None
     except RecursionError:

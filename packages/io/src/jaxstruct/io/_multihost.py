@@ -9,6 +9,8 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
+from ._jax_private import distributed_client
+
 __all__ = [
     "BARRIER_TIMEOUT_S",
     "agree",
@@ -49,12 +51,7 @@ def is_primary() -> bool:
 
 def _client() -> Any:
     """jax.distributed's client (the only barrier with a timeout; JAX keeps it private)."""
-    try:
-        from jax._src import distributed
-
-        return distributed.global_state.client
-    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
-        return None
+    return distributed_client()
 
 
 def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:

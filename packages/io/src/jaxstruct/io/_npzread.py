@@ -3,9 +3,12 @@
 Reading never copies array data it does not have to: a stored member is read
 with ``preadv`` straight into a 64-byte-aligned buffer, which ``jax.device_put``
 adopts without a copy on the CPU; one array is read at a time, so the peak is
-the data itself. With a :class:`jax.sharding.Sharding` placement only the rows
-each addressable device needs are read (a deflated member is decompressed once
-and sliced on the way).
+the data itself. With a :class:`jax.sharding.Sharding` placement each
+addressable device gets only its part, but every byte of the member is still
+read once, in order, so that its CRC is checked as in any other load: parts
+that tile the rows (replicated, or split by rows) are read straight into the
+devices' buffers; any other split goes through a slab buffer and is sliced on
+the way (as is a deflated member, decompressed once).
 """
 
 from __future__ import annotations
@@ -218,6 +221,7 @@ class NpzCheckpoint(OpenedCheckpoint):
                 dtype=dtype,
                 shape=shape,
                 sharding=placement,
+                checks=checks,
             )
         order = "F" if fortran else "C"
         if nbytes == 0:
@@ -251,6 +255,7 @@ class NpzCheckpoint(OpenedCheckpoint):
         dtype: np.dtype,
         shape: tuple[int, ...],
         sharding: Any,
+        checks: list[Callable[[], None]] | None,
     ) -> Any:
         import jax
 
@@ -260,15 +265,18 @@ class NpzCheckpoint(OpenedCheckpoint):
             norm = norm_index(index, shape)
             if norm not in placed:
                 placed[norm] = _Placed(norm, stored)
-        row = math.prod(shape[1:]) * stored.itemsize
-        if entry.method == 0:  # stored: read only the rows each device needs
-            data = entry.data_offset + start
-            for part in placed.values():
-                r0, r1 = _rows_needed(part.index)
-                self._copy_rows(
-                    data + r0 * row, r0, r1, row=row, stored=stored, shape=shape, parts=[part]
-                )
-        else:  # deflated: decompress once, slice on the way
+        tiles = _row_tiling(list(placed.values()), shape)
+        if entry.method == 0 and tiles is not None:
+            # Each part is a run of whole rows and together they are the member, in
+            # order: read straight into the devices' buffers, the CRC checked as usual.
+            reader.check_in_background()
+            for part in tiles:
+                view = memoryview(part.array.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+                for pos in range(0, view.nbytes, _READ_CHUNK):
+                    reader.readinto(view[pos : pos + _READ_CHUNK])
+            reader.finish(checks)
+        else:  # every row through a slab (decompressed once if deflated), sliced on the way
+            row = math.prod(shape[1:]) * stored.itemsize
             rows_per = max(1, _SLAB // max(row, 1))
             slab_buf = np.empty(rows_per * row, np.uint8)
             for s0 in range(0, shape[0], rows_per):
@@ -285,34 +293,22 @@ class NpzCheckpoint(OpenedCheckpoint):
             arrays.append(jax.device_put(host, device))
         return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
-    def _copy_rows(
-        self,
-        offset: int,
-        r0: int,
-        r1: int,
-        *,
-        row: int,
-        stored: np.dtype,
-        shape: tuple[int, ...],
-        parts: list[_Placed],
-    ) -> None:
-        full = all(
-            a == 0 and b == n
-            for p in parts
-            for (a, b), n in zip(p.index[1:], shape[1:], strict=True)
-        )
-        if full and len(parts) == 1:  # whole rows: read straight into the buffer
-            view = memoryview(parts[0].array.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
-            _pread_exact(self.fd, view, offset, self.where)
-            return
-        rows_per = max(1, _SLAB // max(row, 1))
-        slab_buf = np.empty(rows_per * row, np.uint8)
-        for s0 in range(r0, r1, rows_per):
-            s1 = min(r1, s0 + rows_per)
-            view = memoryview(slab_buf)[: (s1 - s0) * row]  # pyright: ignore[reportArgumentType]
-            _pread_exact(self.fd, view, offset + (s0 - r0) * row, self.where)
-            slab = slab_buf[: (s1 - s0) * row].view(stored).reshape((s1 - s0, *shape[1:]))
-            _scatter(slab, s0, s1, parts)
+
+def _row_tiling(parts: list[_Placed], shape: tuple[int, ...]) -> list[_Placed] | None:
+    """``parts`` in row order if each is a run of whole rows and together they are every row
+    exactly once, else ``None``."""
+    if any(
+        (a, b) != (0, n) for p in parts for (a, b), n in zip(p.index[1:], shape[1:], strict=True)
+    ):
+        return None
+    ordered = sorted(parts, key=lambda p: _rows_needed(p.index))
+    at = 0
+    for part in ordered:
+        r0, r1 = _rows_needed(part.index)
+        if r0 != at:
+            return None
+        at = r1
+    return ordered if at == shape[0] else None
 
 
 def _drain(reader: _zipread.MemberReader, n: int) -> None:
@@ -333,15 +329,6 @@ def _scatter(slab: np.ndarray, s0: int, s1: int, parts: list[_Placed]) -> None:
             continue
         src = (slice(lo - s0, hi - s0), *(slice(x, y) for x, y in part.index[1:]))
         part.array[lo - a : hi - a] = slab[src]
-
-
-def _pread_exact(fd: int, view: memoryview, offset: int, where: str) -> None:
-    done = 0
-    while done < view.nbytes:
-        got = os.preadv(fd, [view[done:]], offset + done)
-        if got <= 0:
-            raise SerializationError(f"{where}: file ended early")
-        done += got
 
 
 def read_member(

@@ -1,4 +1,9 @@
-"""The io package's worker threads: created on first use, shared by every export and load."""
+"""The io package's worker threads: created on first use, shared by every export and load.
+
+A forked child starts without them (their threads exist only in the parent,
+and a future submitted to them would never run): :func:`os.register_at_fork`
+drops the pools and their lock in the child, which creates its own on first use.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,17 @@ def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor
                     workers, thread_name_prefix=name
                 )
     return found
+
+
+def _forget_in_child() -> None:
+    """Drop the parent's pools (threads a fork did not copy) and its possibly held lock."""
+    global _POOL_LOCK
+    _POOLS.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def pool() -> concurrent.futures.ThreadPoolExecutor:

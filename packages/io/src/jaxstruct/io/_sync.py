@@ -13,9 +13,6 @@ from ._pools import pool
 
 __all__ = ["fsync_all"]
 
-# Up to this many bytes written in all, the files are fsynced one after the other
-# on the calling thread, after each one's writeback has been started.
-SYNC_INLINE = 1 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 
 
@@ -45,20 +42,17 @@ def _start_writeback(fds: list[int]) -> None:
             fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
-def fsync_all(files: list[int], directories: list[int], nbytes: int) -> None:
-    """fsync ``files`` and then ``directories`` (descriptors); ``nbytes`` were written in all.
+def fsync_all(files: list[int], directories: list[int]) -> None:
+    """fsync ``files`` and ``directories`` (descriptors), all at the same time.
 
-    A small checkpoint's files are synced in turn on the calling thread once
-    their writeback has started (waking threads would cost more than they
-    save). A larger one's are synced at the same time: the first on the
-    calling thread (``fsync`` releases the GIL), the others on the pool.
+    The files' writeback is started first; then the first descriptor is
+    synced on the calling thread (``fsync`` releases the GIL) and the others on
+    the pool, all at once: a disk with a queue serves them together, which
+    even for a small checkpoint's three fsyncs took about half the time of
+    syncing them in turn on the project's machine (a virtual disk).
     """
     fds = files + directories
-    if nbytes <= SYNC_INLINE:
-        _start_writeback(files)
-        for fd in fds:
-            os.fsync(fd)
-        return
+    _start_writeback(files)
     futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
     try:
         os.fsync(fds[0])

@@ -43,6 +43,7 @@ from jaxstruct.io import (
 from jaxstruct.registry import SerializationError
 
 from . import _read
+from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
 
 __all__ = ["OrbaxFormat"]
@@ -282,7 +283,7 @@ class OrbaxFormat(Format):
         p = _epath(path)
         try:
             return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
-                p / "_CHECKPOINT_METADATA"
+                p / STEP_METADATA_FILE
             ).exists()
         except OSError:
             return False
@@ -449,28 +450,12 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         self, wanted: Mapping[str, Any], storage: Mapping[str, tuple[Any, np.dtype]]
     ) -> dict[str, Any]:
         """Arrays placed on devices: read straight into their shards (see ``_read``)."""
-        ocp = _ocp()
-        import tensorstore as ts
-
-        th = ocp.type_handlers
+        _ocp()
         directory = self.path / ARRAYS
         try:
-            use_ocdbt = th.is_ocdbt_checkpoint(directory)
-            context = ts.Context(
-                {"cache_pool": {"total_bytes_limit": _read.CACHE_BYTES}},
-                parent=th.get_ts_context(use_ocdbt=use_ocdbt),
+            opening = open_array_stores(
+                directory, wanted, use_zarr3=self.use_zarr3, cache_bytes=_read.CACHE_BYTES
             )
-            opening = {}
-            for key in wanted:
-                info = th.ParamInfo(
-                    name=key,
-                    parent_dir=directory,
-                    is_ocdbt_checkpoint=use_ocdbt,
-                    use_zarr3=self.use_zarr3,
-                    ts_context=context,
-                )
-                spec = th.get_json_tspec_read(info, use_ocdbt=use_ocdbt)
-                opening[key] = ts.open(spec, open=True, read=True, context=context)
             jobs = {}
             for key, placement in wanted.items():
                 store = opening[key].result()
@@ -483,6 +468,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                 view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
                 jobs[key] = Job(store, tuple(shape), placement, view)
             return read_into_shards(jobs)
+        except SerializationError:
+            raise
         except Exception as err:
             raise SerializationError(
                 f"{self.where}: orbax could not read the arrays ({type(err).__name__}: {err})"

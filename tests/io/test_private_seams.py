@@ -1,0 +1,35 @@
+"""Private JAX APIs are used in one guarded module of jaxstruct.io, and nowhere else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jaxstruct.io import _jax_private
+
+SOURCES = Path(__file__).resolve().parents[2] / "packages"
+
+
+def test_jax_private_apis_sit_behind_one_module() -> None:
+    """No module but jaxstruct.io._jax_private imports from jax._src."""
+    users = sorted(
+        str(path.relative_to(SOURCES))
+        for path in SOURCES.glob("*/src/jaxstruct/**/*.py")
+        if re.search(r"\bjax\._src\b", path.read_text())
+    )
+    assert users == ["io/src/jaxstruct/io/_jax_private.py"]
+
+
+def test_the_seam_answers_none_when_jax_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each function gives its result, or None (the callers' cue for the public fallback)."""
+    import jax
+    import jax._src.lax.lax as lax_private
+
+    weak = _jax_private.weakly_typed(jax.numpy.ones(3, np.float32))
+    assert weak is not None and weak.weak_type and weak.dtype == np.float32
+    assert _jax_private.distributed_client() is None  # jax.distributed not initialised
+    arr = jax.numpy.ones(3)
+    monkeypatch.delattr(lax_private, "_convert_element_type")
+    assert _jax_private.weakly_typed(arr) is None

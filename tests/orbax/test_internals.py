@@ -1,0 +1,40 @@
+"""orbax-checkpoint internals are used in one module of jaxstruct.orbax, guarded."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("orbax.checkpoint")
+
+from jaxstruct.orbax import _orbax_internals
+from jaxstruct.registry import SerializationError
+
+PACKAGE = Path(__file__).resolve().parents[2] / "packages" / "orbax" / "src" / "jaxstruct" / "orbax"
+
+
+def test_orbax_internals_sit_behind_one_module() -> None:
+    """Only _orbax_internals names orbax's type_handlers or its step metadata file."""
+    users = sorted(
+        path.name
+        for path in PACKAGE.glob("*.py")
+        if re.search(r"type_handlers|_CHECKPOINT_METADATA", path.read_text())
+    )
+    assert users == ["_orbax_internals.py"]
+
+
+def test_missing_internals_raise_our_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An orbax release without the internals fails with an error naming the supported range."""
+    import orbax.checkpoint as ocp
+
+    monkeypatch.delattr(ocp.type_handlers, "get_json_tspec_read")
+    with pytest.raises(SerializationError, match=r"get_json_tspec_read.*orbax-checkpoint>=0\.12"):
+        _orbax_internals.open_array_stores(tmp_path, ["a"], use_zarr3=False, cache_bytes=1 << 20)
+
+
+def test_declared_cap_matches_the_seam() -> None:
+    """The requirement in pyproject.toml is the range the seam names in its errors."""
+    text = (PACKAGE.parents[2] / "pyproject.toml").read_text()
+    assert f'"orbax-checkpoint{_orbax_internals.SUPPORTED}"' in text
