@@ -25,6 +25,7 @@ from ._plugins import (
     register_codec,
     register_format,
 )
+from ._shardings import SavedSharding, saved_sharding
 from ._state import from_state_dict, to_state_dict
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "PendingWrite",
     "PluginError",
     "PluginRegistry",
+    "SavedSharding",
     "export",
     "from_state_dict",
     "hookimpl",
@@ -52,5 +54,6 @@ __all__ = [
     "place",
     "register_codec",
     "register_format",
+    "saved_sharding",
     "to_state_dict",
 ]

@@ -22,6 +22,7 @@ from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest, parse_manifest
 from ._plugins import current_registry
+from ._shardings import mesh_placements
 from ._targets import match_target
 
 __all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
@@ -498,6 +499,8 @@ def load(
     select: Callable[[Any], Any] | None = None,
     load_cls: Any = None,
     allow_imports: Iterable[str] = (),
+    mesh: Any = None,
+    strict_mesh: bool = False,
     **limits: int,
 ) -> Any:
     """Read a checkpoint written by :func:`export`.
@@ -524,6 +527,14 @@ def load(
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
             imported to find classes.
+        mesh: restore without a template: a ``jax.sharding.Mesh`` on which
+            each array gets back the ``PartitionSpec`` it was saved with (mesh
+            axes matched by name; arrays saved unsharded are replicated).
+            Each process reads only its own shards. Arrays ``target`` places
+            itself keep its placement. Needs a format that records shardings
+            (``"orbax"``).
+        strict_mesh: with ``mesh``, refuse an array saved sharded along an
+            axis ``mesh`` lacks, instead of replicating it along that axis.
         **limits: ``max_manifest_bytes=``, ``max_depth=``, ``max_nodes=``,
             ``max_array_bytes=``, ``max_inflation_ratio=`` raise those limits.
 
@@ -534,7 +545,9 @@ def load(
         FileNotFoundError: nothing exists at ``path``.
         SerializationError: the checkpoint is malformed, exceeds a limit, names
             a class this process may not use, or does not match ``target``; the
-            message says which (and where in the tree).
+            message says which (and where in the tree). With ``mesh``: the
+            checkpoint does not record its shardings, or (``strict_mesh``) an
+            array was sharded along an axis the mesh lacks.
 
     Example:
         >>> import tempfile
@@ -545,10 +558,14 @@ def load(
     """
     lim = limits_from_kwargs("load", limits)
     resolver = Resolver(load_cls, allow_imports)
+    if not isinstance(strict_mesh, bool):
+        raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
     # Parsing the manifest and rebuilding the value make a few objects per node,
     # none cyclic: the collector's passes over 100,000 of them cost more than that.
     with _gc.paused():
-        value = _load(path, lim, resolver, target=target, select=select)
+        value = _load(
+            path, lim, resolver, target=target, select=select, mesh=mesh, strict_mesh=strict_mesh
+        )
     return value
 
 
@@ -559,6 +576,8 @@ def _load(
     *,
     target: Any,
     select: Callable[[Any], Any] | None,
+    mesh: Any = None,
+    strict_mesh: bool = False,
 ) -> Any:
     where_path = _local_or_url(path, None, "load")
     if isinstance(where_path, Path):
@@ -577,6 +596,8 @@ def _load(
             raise SerializationError(f"{where}: the manifest has no 'nodes' list")
         match = match_target(nodes, manifest["root"], table, target, where)
         wanted = match.placements
+        if mesh is not None:
+            wanted = _on_mesh(opened, wanted, mesh, strict_mesh, where)
         stand_ins: dict[str, Any] = {}
         if select is not None:
             stand_ins = _abstract_arrays(table, wanted)
@@ -607,6 +628,21 @@ def _load(
         manifest, table, arrays, resolver=resolver, limits=lim, source=where, target=match
     )
     return value if select is None else select(value)
+
+
+def _on_mesh(
+    opened: OpenedCheckpoint,
+    wanted: Mapping[str, Any],
+    mesh: Any,
+    strict: bool,
+    where: str,
+) -> dict[str, Any]:
+    """``wanted`` with the arrays the target leaves unplaced put on ``mesh`` as saved."""
+    unplaced = [k for k, p in wanted.items() if p is None]
+    if not unplaced:
+        return dict(wanted)
+    placed = mesh_placements(opened.saved_shardings(), unplaced, mesh, strict=strict, where=where)
+    return {k: placed.get(k, p) for k, p in wanted.items()}
 
 
 def _abstract_arrays(table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,15 @@ class OpenedCheckpoint:
         """
         raise NotImplementedError
 
+    def saved_shardings(self) -> Mapping[str, Any] | None:
+        """Return ``key -> SavedSharding | None`` as recorded at save time, or ``None``.
+
+        ``None`` (the default) means the format does not record shardings, so
+        ``load(mesh=)`` refuses it; a ``None`` entry means that array was not
+        sharded (NumPy, or one device) and is replicated on the mesh.
+        """
+        return None
+
     def close(self) -> None:
         """Release the files."""
 

@@ -37,13 +37,16 @@ from jaxstruct.io import (
     Limits,
     OpenedCheckpoint,
     PendingWrite,
+    SavedSharding,
     host_array,
     place,
+    saved_sharding,
 )
 from jaxstruct.registry import SerializationError
 
 from . import _read
 from ._read import Job, read_into_shards
+from ._shardmeta import sharding_from_json, sharding_to_json
 
 __all__ = ["OrbaxFormat"]
 
@@ -178,9 +181,16 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
     except ValueError as err:  # pragma: no cover - export always gives JSON
         raise SerializationError(f"the manifest is not JSON ({err})") from None
     stored, layouts = _storage_form(arrays)
+    # How each sharded array lay on its mesh, for load(mesh=); the others are absent.
+    shardings = {
+        key: sharding_to_json(found)
+        for key, arr in arrays.items()
+        if (found := saved_sharding(arr)) is not None
+    }
+    storage = {"version": 1, "arrays": layouts, "shardings": shardings}
     items: dict[str, Any] = {
         MANIFEST_ITEM: ocp.args.JsonSave(document),
-        STORAGE_ITEM: ocp.args.JsonSave({"version": 1, "arrays": layouts}),
+        STORAGE_ITEM: ocp.args.JsonSave(storage),
     }
     if stored:
         items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=DATA_FILE_BYTES)
@@ -305,14 +315,18 @@ class OrbaxFormat(Format):
         manifest = file.read_bytes()
         if len(manifest) != size:
             raise SerializationError(f"{where}: the manifest changed while being read")
-        return _OrbaxCheckpoint(p, manifest, _read_layouts(p, limits, where), where)
+        layouts, shardings = _read_storage(p, limits, where)
+        return _OrbaxCheckpoint(p, manifest, layouts, shardings, where)
 
 
 _KINDS = frozenset({"bool", "bytes"})
 
 
-def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str]]:
-    """Read and check the ``storage`` item: how each non-native array was stored."""
+def _read_storage(
+    p: Any, limits: Limits, where: str
+) -> tuple[dict[str, dict[str, str]], dict[str, SavedSharding | None] | None]:
+    """Read and check the ``storage`` item: how each non-native array was stored, and
+    how each array was sharded (``None`` for a checkpoint written before that record)."""
     file = p / STORAGE_ITEM / _MANIFEST_FILE
     try:
         size = file.stat().length
@@ -341,7 +355,12 @@ def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str
             or layout.get("order", "F") != "F"
         ):
             raise SerializationError(f"{where}: malformed storage entry for array {key!r}")
-    return layouts
+    found = document.get("shardings")
+    if found is None:
+        return layouts, None
+    if not isinstance(found, dict):
+        raise SerializationError(f"{where}: the storage item's 'shardings' is not a mapping")
+    return layouts, {key: sharding_from_json(value, key, where) for key, value in found.items()}
 
 
 def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -351,16 +370,26 @@ def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 class _OrbaxCheckpoint(OpenedCheckpoint):
     def __init__(
-        self, path: Any, manifest: bytes, layouts: dict[str, dict[str, str]], where: str
+        self,
+        path: Any,
+        manifest: bytes,
+        layouts: dict[str, dict[str, str]],
+        shardings: dict[str, SavedSharding | None] | None,
+        where: str,
     ) -> None:
         self.path = path
         self.manifest = manifest
         self.layouts = layouts
+        self.shardings = shardings
         self.where = where
         self.use_zarr3 = False
 
     def close(self) -> None:
         pass
+
+    def saved_shardings(self) -> dict[str, SavedSharding | None] | None:
+        """How each array was sharded when saved (``None``: an older checkpoint)."""
+        return self.shardings
 
     def _stored_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Shape and dtype of each stored array per orbax's metadata (checked, never trusted)."""
