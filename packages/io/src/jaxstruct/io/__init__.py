@@ -16,6 +16,7 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._plugins import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
@@ -31,6 +32,7 @@ from ._state import from_state_dict, to_state_dict
 __all__ = [
     "AUTOLOAD_ENV",
     "ENTRY_POINT_GROUP",
+    "SYNC_TIMEOUT_ENV",
     "ArraySpec",
     "CheckpointInfo",
     "CheckpointManager",
@@ -55,5 +57,6 @@ __all__ = [
     "register_codec",
     "register_format",
     "saved_sharding",
+    "sync_timeout",
     "to_state_dict",
 ]

@@ -234,7 +234,7 @@ def _replace_everywhere(
     sibling (a format that writes collectively), then process 0 swaps it in."""
     primary = _multihost.is_primary()
     name = _atomic.temp_sibling(target).name if primary else ""
-    tmp = target.with_name(_multihost.agree("overwrite-name", name))
+    tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
     try:
         fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
     except BaseException as err:
@@ -254,7 +254,7 @@ def _replace_everywhere(
             error = _disk_error(target, err) if isinstance(err, OSError) else err
         finally:
             _atomic.remove(old if old is not None else tmp)
-    _multihost.share_outcome("overwrite-publish", error)
+    _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
     if error is not None:
         raise error
     _atomic.step("done")
@@ -329,7 +329,7 @@ def _write_everywhere(
             )
         except BaseException as err:
             error = err
-    _multihost.share_outcome(f"export-{fmt.name}", error)
+    _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
     if error is not None:
         raise error
     return None
@@ -433,6 +433,10 @@ def export(
     _async.wait_for_previous(key)
     _atomic.step("start")
     single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    if fmt.multiprocess and _multihost.process_count() > 1:
+        # Every process writes collectively: one that never comes is named here,
+        # within the timeout, before any process starts writing.
+        _multihost.barrier("export-start", path=repr(key))
     found = False
     if not single_writer:  # otherwise process 0 alone checks, when it writes
         found = _check_existing(target, fmt, overwrite)
@@ -583,8 +587,11 @@ def _load(
     if isinstance(where_path, Path):
         where_path = Path(os.fspath(path))
     where = repr(str(where_path))
-    _, opened, top = open_checkpoint(where_path, lim)
+    fmt, opened, top = open_checkpoint(where_path, lim)
     try:
+        if fmt.multiprocess and _multihost.process_count() > 1:
+            # Every process reads collectively: one that never comes is named here.
+            _multihost.barrier("load-start", path=where)
         manifest = top["manifest"]
         if not isinstance(manifest, dict) or set(manifest) != {"root", "nodes"}:
             raise SerializationError(

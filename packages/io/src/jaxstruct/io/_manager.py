@@ -27,6 +27,7 @@ from . import _atomic, _multihost
 from ._async import ExportHandle
 from ._atomic import fsync_dir
 from ._checkpoint import _format_named, export, is_url, load
+from ._preemption import PreemptionWatch
 
 __all__ = ["CheckpointManager"]
 
@@ -64,6 +65,10 @@ class CheckpointManager:
         mode: ``"min"`` (lower is better) or ``"max"``.
         blocking: save synchronously instead.
         compression: passed to :func:`jaxstruct.io.export`.
+        save_on_preemption: watch for a preemption notice (SIGTERM): see
+            :meth:`reached_preemption`. In a single process a SIGTERM handler
+            is installed until :meth:`close` (chained to the one it replaces);
+            with ``jax.distributed``, JAX's preemption service is used instead.
 
     Example:
         >>> import tempfile, numpy as np
@@ -86,6 +91,7 @@ class CheckpointManager:
         mode: str = "min",
         blocking: bool = False,
         compression: str = "auto",
+        save_on_preemption: bool = False,
     ) -> None:
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise SerializationError(
@@ -122,9 +128,47 @@ class CheckpointManager:
                 self._empty_trash()
             except BaseException as err:  # told to the others, then raised here
                 error = err
-        _multihost.share_outcome("manager-init", error)
+        _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
         if error is not None:
             raise error
+        self._preemption = (
+            PreemptionWatch(f"CheckpointManager({str(self.directory)!r})")
+            if save_on_preemption
+            else None
+        )
+
+    # -- preemption ------------------------------------------------------------
+
+    def reached_preemption(self, step: int) -> bool:
+        """Return whether ``step`` must be saved now because the job is being preempted.
+
+        Call it at every step (every process, with the same step numbers) and,
+        when it returns true, :meth:`save` that step (it then waits for the
+        commit) and stop: the value stays true. With ``jax.distributed`` every
+        process gets true at the same step (JAX's preemption sync point).
+        Always false without ``save_on_preemption=True``.
+        """
+        watch = self._preemption
+        return watch is not None and watch.reached_at(_step_number(step))
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the step to save before a preemption was reached (or saved): stop training."""
+        return self._preemption is not None and self._preemption.reached
+
+    def close(self) -> None:
+        """Wait for the pending save, then put back the SIGTERM handler (if one was installed)."""
+        try:
+            self.wait()
+        finally:
+            if self._preemption is not None:
+                self._preemption.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- listing ---------------------------------------------------------------
 
@@ -194,8 +238,8 @@ class CheckpointManager:
             self._write_metrics(step, metrics)
         handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
         self._finish_in_background(handle)
-        if self.blocking:
-            self.wait()
+        if self.blocking or (self._preemption is not None and self._preemption.saving()):
+            self.wait()  # before a preemption: committed before the loop stops
 
     def _write_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
         if not isinstance(metrics, Mapping):

@@ -41,6 +41,7 @@ from jaxstruct.io import (
     host_array,
     place,
     saved_sharding,
+    sync_timeout,
 )
 from jaxstruct.registry import SerializationError
 
@@ -157,20 +158,54 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 DATA_FILE_BYTES = 32 << 20
 
 
-def _handler(compression: str) -> Any:
+def _processes() -> Any:
+    """Orbax's multiprocessing options naming every process.
+
+    Without ``active_processes``, orbax's barriers are device collectives that
+    wait forever for a process that never comes; with it, they go through
+    jax.distributed's client and end after orbax's coordination timeout.
+    """
+    import jax
+
+    ocp = _ocp()
+    if jax.process_count() == 1:
+        return ocp.options.MultiprocessingOptions()
+    return ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
+
+
+def _handler(compression: str | None = None) -> Any:
     """Orbax's composite handler; array chunks are compressed only when asked for.
 
     zstd barely shrinks floating-point weights, and a compressed save keeps an
     encoded copy of each chunk on the host; uncompressed, tensorstore writes
-    straight from the arrays' own buffers.
+    straight from the arrays' own buffers. ``None``: a handler for reading.
     """
     ocp = _ocp()
+    processes = _processes()
+    options = ocp.CompositeOptions(multiprocessing_options=processes)
+    if compression is None:
+        return ocp.CompositeCheckpointHandler(composite_options=options)
     return ocp.CompositeCheckpointHandler(
+        composite_options=options,
         **{
-            MANIFEST_ITEM: ocp.JsonCheckpointHandler(),
-            STORAGE_ITEM: ocp.JsonCheckpointHandler(),
-            ARRAYS: ocp.PyTreeCheckpointHandler(use_compression=compression == "deflate"),
-        }
+            MANIFEST_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
+            STORAGE_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
+            ARRAYS: ocp.PyTreeCheckpointHandler(
+                use_compression=compression == "deflate", multiprocessing_options=processes
+            ),
+        },
+    )
+
+
+def _checkpointer(handler: Any, *, background: bool = False) -> Any:
+    """Orbax's checkpointer: every process named, waits bounded by ``sync_timeout()``."""
+    ocp = _ocp()
+    if not background:
+        return ocp.Checkpointer(handler, multiprocessing_options=_processes())
+    return ocp.AsyncCheckpointer(
+        handler,
+        async_options=ocp.options.AsyncOptions(timeout_secs=max(1, round(sync_timeout()))),
+        multiprocessing_options=_processes(),
     )
 
 
@@ -198,9 +233,12 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
 
 
 def _wrap_error(target: Any, err: Exception) -> SerializationError:
+    import jax
+
+    who = f" in process {jax.process_index()}" if jax.process_count() > 1 else ""
     return SerializationError(
-        f"{str(target)!r}: orbax could not write the checkpoint ({type(err).__name__}: {err}); "
-        "nothing was committed there"
+        f"{str(target)!r}: orbax could not write the checkpoint{who} "
+        f"({type(err).__name__}: {err}); nothing was committed there"
     )
 
 
@@ -256,9 +294,8 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
-        ocp = _ocp()
         args = _save_args(manifest, arrays)
-        checkpointer = ocp.Checkpointer(_handler(compression))
+        checkpointer = _checkpointer(_handler(compression))
         try:
             checkpointer.save(_epath(target), args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -277,9 +314,8 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
-        ocp = _ocp()
         args = _save_args(manifest, _host_safe(arrays))
-        checkpointer = ocp.AsyncCheckpointer(_handler(compression))
+        checkpointer = _checkpointer(_handler(compression), background=True)
         try:
             checkpointer.save(_epath(target), args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -532,7 +568,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             _, dtype = storage[key]
             item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
             restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
-        checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        checkpointer = _checkpointer(_handler())
         try:
             restored = checkpointer.restore(
                 self.path,
