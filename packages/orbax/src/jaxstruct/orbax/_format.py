@@ -68,9 +68,30 @@ def _ocp() -> Any:
 
 
 def _epath(path: Any) -> Any:
+    """``path`` as orbax's path type; a URL orbax cannot store to is refused first."""
     from etils import epath
 
+    if isinstance(path, str):
+        _check_url(path)
     return epath.Path(path)
+
+
+def _check_url(url: str) -> None:
+    scheme = url.partition("://")[0].lower()
+    if scheme == "gs":
+        import importlib.util
+
+        if importlib.util.find_spec("gcsfs") is None:
+            raise SerializationError(
+                f"{url!r}: gs:// paths need gcsfs, which orbax's path layer uses; "
+                'pip install "jaxstruct-orbax[gcs]"'
+            )
+        return
+    raise SerializationError(
+        f"{url!r}: orbax-checkpoint stores arrays on local paths and in Google Cloud "
+        f"Storage (gs://) only, not at {scheme}:// URLs; use a gs:// URL or a local "
+        "(or mounted) path"
+    )
 
 
 # Dtypes tensorstore stores as they are (native byte order). Every other dtype is
@@ -295,9 +316,10 @@ class OrbaxFormat(Format):
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
         args = _save_args(manifest, arrays)
+        where = _epath(target)
         checkpointer = _checkpointer(_handler(compression))
         try:
-            checkpointer.save(_epath(target), args=args)
+            checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             raise _wrap_error(target, err) from err
         finally:
@@ -315,9 +337,10 @@ class OrbaxFormat(Format):
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
         args = _save_args(manifest, _host_safe(arrays))
+        where = _epath(target)
         checkpointer = _checkpointer(_handler(compression), background=True)
         try:
-            checkpointer.save(_epath(target), args=args)
+            checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             checkpointer.close()
             raise _wrap_error(target, err) from err
@@ -337,6 +360,11 @@ class OrbaxFormat(Format):
         """Read jaxstruct's manifest (within ``max_manifest_bytes``); arrays come later."""
         where = repr(str(path))
         p = _epath(path)
+        if not _committed(p):
+            raise SerializationError(
+                f"{where}: this orbax checkpoint was never committed (its save stopped "
+                "midway, or is still running); load another one"
+            )
         file = p / MANIFEST_ITEM / _MANIFEST_FILE
         try:
             size = file.stat().length
@@ -353,6 +381,17 @@ class OrbaxFormat(Format):
             raise SerializationError(f"{where}: the manifest changed while being read")
         layouts, shardings = _read_storage(p, limits, where)
         return _OrbaxCheckpoint(p, manifest, layouts, shardings, where)
+
+
+def _committed(p: Any) -> bool:
+    """Orbax's own test: in an object store (no atomic rename), whether the commit
+    marker it writes last exists; on a file system, that this is no temporary path."""
+    try:
+        return bool(_ocp().path.step.is_path_finalized(p))
+    except AttributeError:  # an orbax-checkpoint that moved it: its marker's name
+        return not str(p).startswith("gs://") or (p / "commit_success.txt").exists()
+    except OSError:
+        return False
 
 
 _KINDS = frozenset({"bool", "bytes"})
