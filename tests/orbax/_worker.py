@@ -334,6 +334,23 @@ def task_preempt(directory: str) -> None:
     print(f"SAVED {step}", flush=True)
 
 
+def task_gcs(directory: str) -> None:
+    """Save a cross-process array to gs:// (fake-gcs-server), load it with mesh= and a target."""
+    import jaxstruct.io as jio
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    url = f"{directory}/ck"  # here "directory" is a gs:// prefix
+    jio.export({"a": _global((16, 8), P("x")), "step": 3}, url, format="orbax")
+    mesh = jax.make_mesh((8,), ("x",))
+    back = jio.load(url, mesh=mesh)
+    assert back["a"].sharding == NamedSharding(mesh, P("x")) and back["step"] == 3
+    _check_shards(back["a"], (16, 8))
+    cols = NamedSharding(mesh, P(None, "x"))
+    target = {"a": jax.ShapeDtypeStruct((16, 8), jax.numpy.float32, sharding=cols), "step": None}
+    _check_shards(jio.load(url, target=target)["a"], (16, 8))
+
+
 def main() -> None:
     task, port, process_id, directory = sys.argv[1:5]
     _init(port, int(process_id))

@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 
 def _start(
-    task: str, directory: Path, env_extra: dict[str, str] | None = None
+    task: str, directory: Path | str, env_extra: dict[str, str] | None = None
 ) -> list[subprocess.Popen[str]]:
     port = str(_free_port())
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
@@ -183,3 +183,17 @@ def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path)
     for _ in range(saved):
         expected = step_fn(expected)
     assert np.asarray(back["w"]).tobytes() == np.asarray(expected).tobytes()
+
+
+def test_two_processes_save_to_gcs_and_restore(tmp_path: Path) -> None:
+    """The 2-process save and restore, in a bucket of fake-gcs-server on 127.0.0.1."""
+    from ._gcs import BUCKET, emulator_env, fake_gcs, objects
+
+    with fake_gcs() as url:
+        procs = _start("gcs", f"gs://{BUCKET}/two", emulator_env(url))
+        results = _finish(procs)
+        for i, (code, out, _) in enumerate(results):
+            assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+        stored = objects(url, "two/ck/")
+        assert "two/ck/commit_success.txt" in stored, stored
+        assert any(name.startswith("two/ck/arrays/ocdbt.process_1/") for name in stored), stored
