@@ -86,7 +86,43 @@ def main(prefix: str) -> None:
             assert 'format="orbax"' in str(err), err
         else:
             raise AssertionError(f"{fmt} wrote to a URL")
+    manager_in_a_bucket(f"{prefix}/run")
     print("OK", flush=True)
+
+
+def manager_in_a_bucket(run: str) -> None:
+    """Listing, metrics, keep and best-by-metric, async saves, pruning, killed saves."""
+    from etils import epath
+
+    manager = jio.CheckpointManager(run, format="orbax", keep=2, best_metric="loss")
+    assert manager.all_steps() == [] and manager.latest_step() is None
+    for step, loss in [(1, 0.9), (2, 0.5), (3, 0.7), (4, 0.8)]:
+        manager.save(step, {"w": np.full(3, step, np.float32)}, metrics={"loss": loss})
+    manager.wait()
+    assert manager.all_steps() == [2, 3, 4], manager.all_steps()  # the 2 best, the newest
+    assert manager.metrics(2) == {"loss": 0.5} and manager.metrics(1) is None
+    assert not epath.Path(f"{run}/1").exists()  # pruned: every object gone
+    assert manager.best_step() == 2
+    _same(manager.restore()["w"], np.full(3, 4, np.float32))
+    mesh = jax.make_mesh((8,), ("x",))
+    assert manager.restore(2, mesh=mesh)["w"].sharding == NamedSharding(mesh, P())
+    try:
+        manager.save(4, {"w": np.zeros(1)})
+    except FileExistsError:
+        pass
+    else:
+        raise AssertionError("step 4 saved twice")
+    # A save killed before orbax's commit marker: never listed, swept by the next save.
+    jio.export({"w": np.zeros(1)}, f"{run}/5", format="orbax")
+    epath.Path(f"{run}/5/commit_success.txt").unlink()
+    assert manager.all_steps() == [2, 3, 4]
+    manager.save(6, {"w": np.full(3, 6, np.float32)}, metrics={"loss": 0.1})
+    manager.wait()
+    assert not epath.Path(f"{run}/5").exists()
+    assert manager.all_steps() == [2, 6], manager.all_steps()  # 6 best and newest, then 2
+    assert not epath.Path(f"{run}/.metrics/3.json").exists()
+    again = jio.CheckpointManager(run, format="orbax")  # a new run sees the same steps
+    assert again.latest_step() == 6 and again.metrics(6) == {"loss": 0.1}
 
 
 if __name__ == "__main__":

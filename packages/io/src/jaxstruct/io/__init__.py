@@ -26,6 +26,7 @@ from ._plugins import (
     register_codec,
     register_format,
 )
+from ._remote import RemoteDirectory
 from ._shardings import SavedSharding, saved_sharding
 from ._state import from_state_dict, to_state_dict
 
@@ -45,6 +46,7 @@ __all__ = [
     "PendingWrite",
     "PluginError",
     "PluginRegistry",
+    "RemoteDirectory",
     "SavedSharding",
     "export",
     "from_state_dict",

@@ -228,6 +228,14 @@ class Format:
         """Open ``path`` for reading, enforcing ``limits`` before allocating."""
         raise NotImplementedError
 
+    def remote_directory(self) -> Any:
+        """Return a :class:`RemoteDirectory` for a ``CheckpointManager`` at a URL, or ``None``.
+
+        Only formats with ``remote_paths`` provide one; the default (``None``)
+        keeps the manager to local paths.
+        """
+        return None
+
 
 # The built-in formats live in ``_builtin``; importing them here keeps
 # ``from ._formats import DirectoryFormat, ZipFormat`` working.

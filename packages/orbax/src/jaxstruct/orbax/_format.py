@@ -37,6 +37,7 @@ from jaxstruct.io import (
     Limits,
     OpenedCheckpoint,
     PendingWrite,
+    RemoteDirectory,
     SavedSharding,
     host_array,
     place,
@@ -346,6 +347,10 @@ class OrbaxFormat(Format):
             raise _wrap_error(target, err) from err
         return _OrbaxPending(checkpointer, target)
 
+    def remote_directory(self) -> RemoteDirectory:
+        """Steps of a ``CheckpointManager`` at a ``gs://`` URL, through orbax's path layer."""
+        return _OrbaxRemote()
+
     def sniff(self, path: Any) -> bool:
         """A directory holding orbax's step metadata and jaxstruct's manifest item."""
         p = _epath(path)
@@ -389,9 +394,45 @@ def _committed(p: Any) -> bool:
     try:
         return bool(_ocp().path.step.is_path_finalized(p))
     except AttributeError:  # an orbax-checkpoint that moved it: its marker's name
-        return not str(p).startswith("gs://") or (p / "commit_success.txt").exists()
+        return not str(p).startswith("gs://") or (p / _COMMIT_MARKER).exists()
     except OSError:
         return False
+
+
+_COMMIT_MARKER = "commit_success.txt"  # what orbax writes last into a gs:// checkpoint
+
+
+class _OrbaxRemote(RemoteDirectory):
+    def names(self, url: str) -> list[str]:
+        try:
+            return [entry.name for entry in _epath(url).iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def committed(self, url: str) -> bool:
+        p = _epath(url)
+        return _committed(p) and (p / MANIFEST_ITEM / _MANIFEST_FILE).exists()
+
+    def read_text(self, url: str) -> str | None:
+        try:
+            return _epath(url).read_text()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, url: str, text: str) -> None:
+        _epath(url).write_text(text)
+
+    def remove(self, url: str) -> None:
+        try:
+            _epath(url).unlink()
+        except FileNotFoundError:
+            pass
+
+    def delete_checkpoint(self, url: str) -> None:
+        p = _epath(url)
+        self.remove(str(p / _COMMIT_MARKER))  # unlisted (and unloadable) from here on
+        if p.exists():
+            p.rmtree()
 
 
 _KINDS = frozenset({"bool", "bytes"})
