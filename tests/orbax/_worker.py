@@ -335,7 +335,9 @@ def task_preempt(directory: str) -> None:
 
 
 def task_gcs(directory: str) -> None:
-    """Save a cross-process array to gs:// (fake-gcs-server), load it with mesh= and a target."""
+    """Save a cross-process array to gs:// (fake-gcs-server), load it with mesh= and a target;
+    a manager there (every process saves, process 0 prunes)."""
+    import jax.experimental.multihost_utils
     import jaxstruct.io as jio
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -349,6 +351,17 @@ def task_gcs(directory: str) -> None:
     cols = NamedSharding(mesh, P(None, "x"))
     target = {"a": jax.ShapeDtypeStruct((16, 8), jax.numpy.float32, sharding=cols), "step": None}
     _check_shards(jio.load(url, target=target)["a"], (16, 8))
+    # The manager in the bucket: every process saves, process 0 prunes.
+    manager = jio.CheckpointManager(f"{directory}/run", format="orbax", keep=1)
+    for step in (1, 2):
+        manager.save(step, {"a": _global((16, 8), P("x")), "step": step}, metrics={"loss": 1.0})
+    manager.wait()
+    jax.experimental.multihost_utils.sync_global_devices("pruned")
+    assert manager.all_steps() == [2], manager.all_steps()
+    back = manager.restore(mesh=mesh)
+    assert back["step"] == 2
+    _check_shards(back["a"], (16, 8))
+    manager.close()
 
 
 def main() -> None:
