@@ -241,3 +241,29 @@ def test_eq_unflattened_copy() -> None:
     """An instance rebuilt by tree_map(identity) equals the original."""
     a = Arr({"w": jnp.arange(3)})
     assert jax.tree_util.tree_map(lambda v: v, a) == a
+
+
+# -- typed PRNG keys -----------------------------------------------------------------
+
+
+class Keyed(js.Struct):
+    key: jax.Array
+    w: jax.Array
+
+
+def test_typed_keys_compare_by_implementation_and_key_data() -> None:
+    """== and tree_equal compare typed PRNG keys by implementation and key data."""
+    a = Keyed(key=jax.random.key(0), w=jnp.ones(2))
+    assert a == Keyed(key=jax.random.key(0), w=jnp.ones(2))
+    assert a != Keyed(key=jax.random.key(1), w=jnp.ones(2))
+    assert a != Keyed(key=jax.random.key(0, impl="rbg"), w=jnp.ones(2))
+    assert a != Keyed(key=jax.random.split(jax.random.key(0), 1), w=jnp.ones(2))
+    assert js.tree_equal(a, Keyed(key=jax.random.key(0), w=jnp.ones(2))) is True
+    assert js.tree_equal(a, Keyed(key=jax.random.key(1), w=jnp.ones(2))) is False
+
+
+def test_typed_keys_compare_under_jit() -> None:
+    """tree_equal under jit compares traced typed keys by their key data."""
+    same, other = jax.random.key(3), jax.random.key(4)
+    assert bool(jax.jit(js.tree_equal)(Keyed(same, jnp.ones(1)), Keyed(same, jnp.ones(1))))
+    assert not bool(jax.jit(js.tree_equal)(Keyed(same, jnp.ones(1)), Keyed(other, jnp.ones(1))))

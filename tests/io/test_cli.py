@@ -84,6 +84,6 @@ def test_inspect_and_verify_run_without_importing_jax(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     *report, imported = out.stdout.strip().splitlines()
     info = json.loads("\n".join(report))
-    assert info["verify"] == {"ok": True, "problems": []}
+    assert info["verify"] == {"ok": True, "problems": [], "checksums": True}
     assert "<f4[6]" in json.dumps(info["tree"])
     assert imported == "False False"

@@ -301,3 +301,18 @@ def _optimizer() -> Any:
     import optax
 
     return optax.adamw(1e-3)
+
+
+def test_a_struct_disguised_as_a_jax_node_is_refused(tmp_path: Path) -> None:
+    """A file may not rebuild a struct through raw unflatten, skipping its validators."""
+    path = jio.export({"s": _Scaled(jnp.arange(3.0))}, tmp_path / "ck")
+    manifest = path / "manifest.json"
+    ref = js.class_ref(_Checked)
+    manifest.write_text(manifest.read_text().replace(f"{__name__}:_Scaled", ref))
+    with pytest.raises(SerializationError, match="registered with jaxstruct"):
+        jio.load(path)
+
+
+class _Checked(js.Struct):
+    x: Any = js.field(validator=lambda x: x.shape == (99,))
+    scale: int = js.field(static=True, default=3)

@@ -117,3 +117,47 @@ def test_assert_pytree_roundtrip_reports_broken_unflatten():
     )
     with pytest.raises(AssertionError, match=r"flatten/unflatten: .* at x.params\['k'\]"):
         assert_pytree_roundtrip(State(params={"k": Lossy(np.ones(1, np.float32))}))
+
+
+class Counter(js.Struct):
+    w: np.ndarray
+    count: int = js.field(default=0, serialize=False)  # a planted bug: state not stored
+
+
+def test_strict_roundtrip_checks_fields_not_serialized() -> None:
+    """strict=True compares node fields declared serialize=False, and says why they differ."""
+    x = Counter(w=np.ones(2), count=5)
+    assert_roundtrip(x)  # the default check skips the field
+    with pytest.raises(AssertionError, match=r"state_dict: .* at x\.count: 5 != 0 \(strict=True"):
+        assert_roundtrip(x, strict=True)
+
+
+def test_first_difference_serialized_only_skips_unstored_fields() -> None:
+    """serialized_only=True skips the fields exports do not store."""
+    a, b = Counter(w=np.ones(2), count=5), Counter(w=np.ones(2), count=0)
+    assert first_difference(a, b) == "x.count: 5 != 0"
+    assert first_difference(a, b, serialized_only=True) is None
+
+
+def test_pytree_roundtrip_compiles_once_per_leaf_signature(caplog) -> None:
+    """Repeated calls on same-shaped values reuse one jit compilation (not one per call)."""
+
+    class Three(js.Struct):
+        a: jax.Array
+        b: jax.Array
+        c: np.ndarray
+
+    def make(i: int) -> Three:
+        # A leaf signature no other test uses, so the first call compiles.
+        return Three(
+            a=jnp.full((7, 5, 3), i), b=jnp.zeros(11, jnp.int8), c=np.zeros(13, np.float32)
+        )
+
+    values = [make(i) for i in range(3)]
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        for value in values:
+            assert_pytree_roundtrip(value)
+    messages = [r.getMessage() for r in caplog.records]
+    # The identity under jit (whatever its name): its input is the three leaves.
+    compiles = [m for m in messages if "Compiling" in m and "int8[11]" in m and "32[13]" in m]
+    assert len(compiles) <= 1, compiles

@@ -1,7 +1,9 @@
 """The entry points: Hypothesis's from_type hook and the pytest fixtures."""
 
 import importlib.metadata
+import subprocess
 import sys
+import textwrap
 
 import jaxstruct.core as js
 import numpy as np
@@ -66,14 +68,47 @@ def test_setup_is_idempotent(monkeypatch):
     assert class_created_hooks.count(_hypothesis_hook.register_struct) == 1
 
 
-def test_roundtrip_fixture(assert_roundtrip, tmp_path):
-    """The assert_roundtrip fixture writes under tmp_path."""
+def test_roundtrip_fixture_cleans_up_passing_checks(assert_roundtrip, tmp_path_factory):
+    """The assert_roundtrip fixture checks in a fresh directory, removed when the check passes."""
 
     class Fixtured(js.Struct):
         w: np.ndarray
 
     assert_roundtrip(Fixtured(w=np.ones(2)))
-    assert any(tmp_path.iterdir())
+    assert not list(tmp_path_factory.getbasetemp().glob("roundtrip*/*"))
+
+
+def test_fixtures_work_under_given(tmp_path):
+    """Both fixtures pass Hypothesis' function_scoped_fixture health check inside @given."""
+    test_file = tmp_path / "test_fixtures_given.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import jaxstruct.core as js
+            from hypothesis import given, settings
+            from jaxstruct.testing import structs
+
+            class State(js.Struct):
+                w: np.ndarray
+
+            @settings(max_examples=3, database=None, deadline=None)
+            @given(structs(State))
+            def test_state(assert_roundtrip, assert_pytree_roundtrip, state):
+                assert_roundtrip(state, formats=["state_dict", "zip"])
+                assert_pytree_roundtrip(state)
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_pytree_roundtrip_fixture(assert_pytree_roundtrip):

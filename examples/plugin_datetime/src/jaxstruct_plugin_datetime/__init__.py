@@ -10,7 +10,10 @@ from typing import Any
 from jaxstruct.io import Codec, hookimpl
 from jaxstruct.registry import SerializationError
 
-__all__ = ["CODECS", "jaxstruct_register_codecs"]
+__all__ = ["CODECS", "JAXSTRUCT_IO_PLUGIN_API", "jaxstruct_register_codecs"]
+
+#: The jaxstruct.io plugin interface this plugin is written for.
+JAXSTRUCT_IO_PLUGIN_API = 1
 
 
 def _tz_encode(tz: dt.tzinfo | None) -> Any:
@@ -72,23 +75,25 @@ def _time_decode(d: Any) -> dt.time:
     return dt.time(*parts, fold=fold, tzinfo=_tz_decode(tz))
 
 
+# Named after this distribution ("yourpackage.type"): the names are stored in every
+# checkpoint holding such a value, so they are part of the file format and never change.
 CODECS = (
-    Codec("datetime.datetime", (dt.datetime,), _datetime_encode, _datetime_decode),
+    Codec("jaxstruct_plugin_datetime.datetime", (dt.datetime,), _datetime_encode, _datetime_decode),
     Codec(
-        "datetime.date",
+        "jaxstruct_plugin_datetime.date",
         (dt.date,),
         lambda v: [v.year, v.month, v.day],
         lambda d: dt.date(*d),
     ),
-    Codec("datetime.time", (dt.time,), _time_encode, _time_decode),
+    Codec("jaxstruct_plugin_datetime.time", (dt.time,), _time_encode, _time_decode),
     Codec(
-        "datetime.timedelta",
+        "jaxstruct_plugin_datetime.timedelta",
         (dt.timedelta,),
         lambda v: [v.days, v.seconds, v.microseconds],
         lambda d: dt.timedelta(days=d[0], seconds=d[1], microseconds=d[2]),
     ),
     # str() of a Decimal round-trips exactly, including sign, exponent, NaN and infinities.
-    Codec("decimal.Decimal", (decimal.Decimal,), str, decimal.Decimal),
+    Codec("jaxstruct_plugin_datetime.decimal", (decimal.Decimal,), str, decimal.Decimal),
 )
 
 

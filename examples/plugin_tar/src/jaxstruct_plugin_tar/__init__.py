@@ -1,10 +1,13 @@
 """An uncompressed ``.tar`` checkpoint format, provided as a ``jaxstruct.io`` plugin.
 
-The archive holds ``manifest.json`` first, then one member per array: its raw
-bytes, as ``<key>.bin`` in C order or ``<key>.F.bin`` in Fortran order (dtype
-and shape are in the manifest). Reading
-never extracts anything: it walks the headers, refuses anything that is not a
-regular member with an expected name, and checks every size against the
+The archive holds ``manifest.json`` first, then one member per array, named
+by its tree path (``params.layers.0.w.bin``, from
+:func:`jaxstruct.io.array_paths`) and holding its raw bytes (dtype and shape
+are in the manifest). Each array member carries two PAX header records: its
+CRC-32 (``JAXSTRUCT.crc32``), checked on every read and by ``jaxstruct inspect
+--verify``, and its memory order (``JAXSTRUCT.order``, ``C`` or ``F``).
+Reading never extracts anything: it walks the headers, refuses anything that is
+not a regular member with an expected name, and checks every size against the
 manifest and the caller's limits before allocating.
 """
 
@@ -12,32 +15,50 @@ from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, NamedTuple
 
 import numpy as np
-from jaxstruct.io import ArraySpec, Format, Limits, OpenedCheckpoint, hookimpl, host_pieces, place
+from jaxstruct.io import (
+    PLUGIN_API_VERSION,
+    ArraySpec,
+    Format,
+    Limits,
+    OpenedCheckpoint,
+    array_paths,
+    empty_array,
+    hookimpl,
+    host_pieces,
+    place,
+)
 from jaxstruct.registry import SerializationError
 
-__all__ = ["TarFormat", "jaxstruct_register_formats"]
+__all__ = ["JAXSTRUCT_IO_PLUGIN_API", "TarFormat", "jaxstruct_register_formats"]
+
+#: The jaxstruct.io plugin interface this plugin is written for.
+JAXSTRUCT_IO_PLUGIN_API = 1
+assert PLUGIN_API_VERSION >= JAXSTRUCT_IO_PLUGIN_API, "jaxstruct-io is too old for this plugin"
 
 MANIFEST = "manifest.json"
 _BLOCK = tarfile.BLOCKSIZE
 _SUFFIX = ".bin"
-
-
-def _write_member(handle: BinaryIO, name: str, data: memoryview) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = data.nbytes
-    info.mode = 0o644
-    info.mtime = 0  # fixed, so that the same value always gives the same bytes
-    handle.write(info.tobuf(format=tarfile.PAX_FORMAT))
-    handle.write(data)
-    handle.write(b"\0" * (-data.nbytes % _BLOCK))
-
+_CRC = "JAXSTRUCT.crc32"
+_ORDER = "JAXSTRUCT.order"
+_CHUNK = 1 << 20  # bytes checked at a time by verify()
 
 Order = Literal["C", "F"]
+
+
+def _header(name: str, size: int, records: Mapping[str, str] | None = None) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    info.mtime = 0  # fixed, so that the same value always gives the same bytes
+    if records:
+        info.pax_headers = dict(records)
+    return info.tobuf(format=tarfile.PAX_FORMAT)
 
 
 def _order(arr: np.ndarray) -> Order:
@@ -52,15 +73,15 @@ def _raw_bytes(arr: np.ndarray, order: Order) -> memoryview:
     return memoryview(flat.view(np.uint8))  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
 
 
-def _write_sharded(handle: BinaryIO, name: str, arr: Any) -> None:
-    """Write the member ``name`` holding ``arr`` in C order, one leading-axis block at a time."""
+def _blocks(arr: Any) -> Iterator[memoryview]:
+    """The bytes of ``arr`` in C order, one shard or leading-axis row at a time.
+
+    A sharded ``jax.Array`` is never assembled in one host buffer.
+    """
+    if isinstance(arr, np.ndarray):
+        yield _raw_bytes(arr, _order(arr))
+        return
     pieces = host_pieces(arr)
-    nbytes = int(np.prod(arr.shape, dtype=np.int64)) * np.dtype(arr.dtype).itemsize
-    info = tarfile.TarInfo(name)
-    info.size = nbytes
-    info.mode = 0o644
-    info.mtime = 0
-    handle.write(info.tobuf(format=tarfile.PAX_FORMAT))
     if arr.ndim == 0 or all(
         all(
             s.start in (None, 0) and s.stop in (None, n)
@@ -73,27 +94,36 @@ def _write_sharded(handle: BinaryIO, name: str, arr: Any) -> None:
             return (item[0][0].start or 0) if item[0] else 0
 
         for _, piece in sorted(pieces, key=start):
-            handle.write(_raw_bytes(piece, "C"))
-    else:
-        # Blocks split inner axes: write one leading-axis row at a time.
-        for row in range(arr.shape[0]):
-            out = np.empty(arr.shape[1:], dtype=arr.dtype)
-            for idx, piece in pieces:
-                lead = idx[0] if idx else slice(None)
-                lo = lead.start or 0
-                hi = arr.shape[0] if lead.stop is None else lead.stop
-                if lo <= row < hi:
-                    out[idx[1:]] = piece[row - lo]
-            handle.write(_raw_bytes(out, "C"))
+            yield _raw_bytes(piece, "C")
+        return
+    # Blocks split inner axes: one leading-axis row at a time.
+    for row in range(arr.shape[0]):
+        out = np.empty(arr.shape[1:], dtype=arr.dtype)
+        for idx, piece in pieces:
+            lead = idx[0] if idx else slice(None)
+            lo = lead.start or 0
+            hi = arr.shape[0] if lead.stop is None else lead.stop
+            if lo <= row < hi:
+                out[idx[1:]] = piece[row - lo]
+        yield _raw_bytes(out, "C")
+
+
+def _write_array(handle: BinaryIO, name: str, arr: Any) -> None:
+    """Write the member ``name`` holding ``arr``, its CRC-32 and order in its PAX header."""
+    order: Order = _order(arr) if isinstance(arr, np.ndarray) else "C"
+    crc = 0
+    nbytes = 0
+    for block in _blocks(arr):  # first pass: the checksum goes in the header
+        crc = zlib.crc32(block, crc)
+        nbytes += block.nbytes
+    handle.write(_header(name, nbytes, {_CRC: f"{crc:08x}", _ORDER: order}))
+    for block in _blocks(arr):
+        handle.write(block)
     handle.write(b"\0" * (-nbytes % _BLOCK))
 
 
-def _member_name(key: str, order: Order) -> str:
-    return key + (".F" if order == "F" else "") + _SUFFIX
-
-
 class TarFormat(Format):
-    """One uncompressed tar archive: ``manifest.json``, then ``<key>.bin`` per array."""
+    """One uncompressed tar archive: ``manifest.json``, then ``<tree path>.bin`` per array."""
 
     name = "tar"
     suffixes = (".tar",)
@@ -114,19 +144,15 @@ class TarFormat(Format):
                 f"{str(target)!r}: the tar format stores arrays uncompressed; use "
                 "compression='auto' or 'none', or export to a .zip path to compress"
             )
+        paths = array_paths(manifest)
         with open(target, "xb") as handle:
-            _write_member(handle, MANIFEST, memoryview(manifest))
+            handle.write(_header(MANIFEST, len(manifest)))
+            handle.write(manifest)
+            handle.write(b"\0" * (-len(manifest) % _BLOCK))
             step(MANIFEST)
             for key, value in arrays.items():
-                if isinstance(value, np.ndarray):
-                    order = _order(value)
-                    name = _member_name(key, order)
-                    _write_member(handle, name, _raw_bytes(value, order))
-                else:
-                    # A jax.Array, possibly sharded: write it block by block in C order
-                    # without ever assembling it in one host buffer.
-                    name = _member_name(key, "C")
-                    _write_sharded(handle, name, value)
+                name = paths[key] + _SUFFIX
+                _write_array(handle, name, value)
                 step(name)
             handle.write(b"\0" * (2 * _BLOCK))  # end of archive
             handle.flush()
@@ -150,26 +176,31 @@ class TarFormat(Format):
         handle = open(path, "rb")  # noqa: SIM115 - owned by the returned checkpoint
         try:
             members = _index(handle, os.fstat(handle.fileno()).st_size, limits, where)
-            offset, size = members.pop(MANIFEST)
-            if size > limits.max_manifest_bytes:
+            manifest_member = members.pop(MANIFEST)
+            if manifest_member.size > limits.max_manifest_bytes:
                 raise SerializationError(
-                    f"{where}: manifest.json is {size} bytes, more than max_manifest_bytes="
-                    f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
-                    "max_manifest_bytes="
+                    f"{where}: manifest.json is {manifest_member.size} bytes, more than "
+                    f"max_manifest_bytes={limits.max_manifest_bytes}; if you trust this file, "
+                    "pass a larger max_manifest_bytes="
                 )
-            handle.seek(offset)
-            manifest = handle.read(size)
+            handle.seek(manifest_member.offset)
+            manifest = handle.read(manifest_member.size)
         except BaseException:
             handle.close()
             raise
         return _TarCheckpoint(handle, members, manifest, where)
 
 
-def _index(
-    handle: BinaryIO, file_size: int, limits: Limits, where: str
-) -> dict[str, tuple[int, int]]:
-    """Return ``name -> (data offset, size)`` for every member, refusing anything unusual."""
-    members: dict[str, tuple[int, int]] = {}
+class _Member(NamedTuple):
+    offset: int
+    size: int
+    crc: int | None
+    order: str
+
+
+def _index(handle: BinaryIO, file_size: int, limits: Limits, where: str) -> dict[str, _Member]:
+    """Return ``name -> member`` for every member, refusing anything unusual."""
+    members: dict[str, _Member] = {}
     try:
         archive = tarfile.open(fileobj=handle, mode="r:")  # noqa: SIM115 - the caller owns handle
         for info in archive:
@@ -187,7 +218,15 @@ def _index(
                 raise SerializationError(f"{where}: member {info.name!r} appears twice")
             if info.offset_data + info.size > file_size:
                 raise SerializationError(f"{where}: member {info.name!r} runs past the end")
-            members[info.name] = (info.offset_data, info.size)
+            crc_text = info.pax_headers.get(_CRC)
+            try:
+                crc = int(crc_text, 16) if crc_text is not None else None
+            except ValueError:
+                raise SerializationError(
+                    f"{where}: member {info.name!r} has a malformed checksum {str(crc_text)[:20]!r}"
+                ) from None
+            order = info.pax_headers.get(_ORDER, "C")
+            members[info.name] = _Member(info.offset_data, info.size, crc, order)
             # Keep no TarInfo objects around (TarFile.members is the list getmembers()
             # returns): memory stays bounded by the dict above, whatever the file holds.
             archive.members.clear()  # pyright: ignore[reportAttributeAccessIssue]
@@ -200,7 +239,7 @@ def _index(
 
 class _TarCheckpoint(OpenedCheckpoint):
     def __init__(
-        self, handle: BinaryIO, members: dict[str, tuple[int, int]], manifest: bytes, where: str
+        self, handle: BinaryIO, members: dict[str, _Member], manifest: bytes, where: str
     ) -> None:
         self.handle = handle
         self.members = members
@@ -210,16 +249,13 @@ class _TarCheckpoint(OpenedCheckpoint):
     def close(self) -> None:
         self.handle.close()
 
-    def read_arrays(
-        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        names: dict[str, tuple[str, Order]] = {}  # member name -> (key, order)
-        for key in table:
-            fortran = _member_name(key, "F")
-            names[fortran if fortran in self.members else _member_name(key, "C")] = (
-                key,
-                "F" if fortran in self.members else "C",
-            )
+    def _names(self, table: Mapping[str, ArraySpec]) -> dict[str, str]:
+        """``member name -> key`` for every array, checked against the archive."""
+        try:
+            paths = array_paths(self.manifest)
+        except ValueError as err:
+            raise SerializationError(f"{self.where}: {err}") from None
+        names = {paths.get(key, key) + _SUFFIX: key for key in table}
         if set(self.members) != set(names):
             extra = sorted(set(self.members) - set(names))[:5]
             missing = sorted(set(names) - set(self.members))[:5]
@@ -227,27 +263,63 @@ class _TarCheckpoint(OpenedCheckpoint):
                 f"{self.where}: the archive must hold exactly the arrays the manifest names "
                 f"(unexpected members: {extra}, missing members: {missing})"
             )
-        # Every size is checked before any array is allocated.
-        for name, (key, _) in names.items():
-            size, nbytes = self.members[name][1], table[key][2]
-            if size != nbytes:
+        for name, key in names.items():
+            member = self.members[name]
+            if member.size != table[key].nbytes:
                 raise SerializationError(
-                    f"{self.where}: member {name!r} holds {size} bytes, but array {key!r} "
-                    f"needs {nbytes}"
+                    f"{self.where}: member {name!r} holds {member.size} bytes, but array "
+                    f"{key!r} needs {table[key].nbytes}"
                 )
+            if member.crc is None or member.order not in ("C", "F"):
+                raise SerializationError(
+                    f"{self.where}: member {name!r} has no checksum or order record; it was "
+                    "not written by this format"
+                )
+        return names
+
+    def read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        names = self._names(table)  # every size is checked before any array is allocated
         out: dict[str, Any] = {}
-        for name, (key, order) in names.items():
+        for name, key in names.items():
             if key not in wanted:
                 continue  # partial restore: never read
-            dtype, shape, nbytes = table[key]
-            arr = np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
-            self.handle.seek(self.members[name][0])
-            flat = arr.reshape(-1, order=order).view(np.uint8)
-            view = memoryview(flat)  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
-            if nbytes and self.handle.readinto(view) != nbytes:  # type: ignore[attr-defined]
+            member = self.members[name]
+            order: Order = "F" if member.order == "F" else "C"
+            arr = empty_array(table[key], order)  # 64-byte aligned, as the contract asks
+            view = memoryview(arr.reshape(-1, order=order).view(np.uint8))  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
+            self.handle.seek(member.offset)
+            if member.size and self.handle.readinto(view) != member.size:  # type: ignore[attr-defined]
                 raise SerializationError(f"{self.where}: member {name!r} is truncated")
+            if zlib.crc32(view) != member.crc:
+                raise SerializationError(
+                    f"{self.where}: member {name!r} does not match its checksum (the file is "
+                    "damaged)"
+                )
             out[key] = place(arr, wanted[key])
         return out
+
+    def verify(self, table: Mapping[str, ArraySpec]) -> list[str]:
+        """Check every array member against its checksum, a small buffer at a time."""
+        names = self._names(table)
+        problems = []
+        buffer = bytearray(_CHUNK)
+        for name in names:
+            member = self.members[name]
+            self.handle.seek(member.offset)
+            crc, left = 0, member.size
+            while left:
+                got = self.handle.readinto(memoryview(buffer)[: min(left, _CHUNK)])  # type: ignore[attr-defined]
+                if not got:
+                    break
+                crc = zlib.crc32(memoryview(buffer)[:got], crc)
+                left -= got
+            if left:
+                problems.append(f"{self.where}: member {name!r} is truncated")
+            elif crc != member.crc:
+                problems.append(f"{self.where}: member {name!r} does not match its checksum")
+        return problems
 
 
 @hookimpl

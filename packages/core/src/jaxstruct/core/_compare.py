@@ -10,7 +10,14 @@ from jax.core import Tracer
 
 from ._errors import TracedComparisonError
 
-__all__ = ["TracedLeaf", "hash_fields", "traced_comparison_message", "tree_equal", "values_equal"]
+__all__ = [
+    "TracedLeaf",
+    "hash_fields",
+    "is_key_array",
+    "traced_comparison_message",
+    "tree_equal",
+    "values_equal",
+]
 
 
 class TracedLeaf(Exception):
@@ -19,6 +26,20 @@ class TracedLeaf(Exception):
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray | jax.Array)
+
+
+def is_key_array(x: Any) -> bool:
+    """Whether ``x`` is an array of typed PRNG keys (``jax.random.key``): NumPy cannot hold it."""
+    return isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _keys_equal(a: Any, b: Any) -> bool:
+    # Typed keys are equal when they have the same implementation and key data.
+    if not (is_key_array(a) and is_key_array(b)) or a.shape != b.shape:
+        return False
+    if a.dtype != b.dtype:  # a key dtype names its implementation (key<fry>, key<rbg>)
+        return False
+    return bool(np.array_equal(jax.random.key_data(a), jax.random.key_data(b)))
 
 
 def _arrays_equal(a: Any, b: Any) -> bool:
@@ -32,6 +53,8 @@ def _arrays_equal(a: Any, b: Any) -> bool:
         raise TracedLeaf
     if not (_is_array(a) and _is_array(b)):
         return False
+    if is_key_array(a) or is_key_array(b):
+        return _keys_equal(a, b)
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return False
@@ -141,7 +164,12 @@ def tree_equal(a: Any, b: Any) -> bool | jax.Array:
                 return False
             import jax.numpy as jnp
 
-            traced.append(jnp.array_equal(x, y, equal_nan=jnp.issubdtype(x.dtype, jnp.inexact)))
+            if is_key_array(x):
+                # Same dtype, so the same implementation: compare the key data.
+                traced.append(jnp.array_equal(jax.random.key_data(x), jax.random.key_data(y)))
+            else:
+                nan = jnp.issubdtype(x.dtype, jnp.inexact)
+                traced.append(jnp.array_equal(x, y, equal_nan=nan))
         elif not (_arrays_equal(x, y) if _is_array(x) or _is_array(y) else _leaf_equal(x, y)):
             return False
     if not traced:

@@ -9,6 +9,7 @@ from ._formats import (
     Format,
     OpenedCheckpoint,
     PendingWrite,
+    empty_array,
     host_array,
     host_pieces,
     place,
@@ -17,11 +18,18 @@ from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
+from ._paths import ManifestNode, array_paths, walk
 from ._plugins import (
+    ALLOW_ENV,
     AUTOLOAD_ENV,
+    BLOCK_ENV,
     ENTRY_POINT_GROUP,
+    PLUGIN_API_VERSION,
     PluginError,
+    PluginInfo,
     PluginRegistry,
+    PluginWarning,
+    current_registry,
     hookimpl,
     register_codec,
     register_format,
@@ -31,8 +39,11 @@ from ._shardings import SavedSharding, saved_sharding
 from ._state import from_state_dict, to_state_dict
 
 __all__ = [
+    "ALLOW_ENV",
     "AUTOLOAD_ENV",
+    "BLOCK_ENV",
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
     "SYNC_TIMEOUT_ENV",
     "ArraySpec",
     "CheckpointInfo",
@@ -42,12 +53,18 @@ __all__ = [
     "ExportHandle",
     "Format",
     "Limits",
+    "ManifestNode",
     "OpenedCheckpoint",
     "PendingWrite",
     "PluginError",
+    "PluginInfo",
     "PluginRegistry",
+    "PluginWarning",
     "RemoteDirectory",
     "SavedSharding",
+    "array_paths",
+    "current_registry",
+    "empty_array",
     "export",
     "from_state_dict",
     "hookimpl",
@@ -61,4 +78,5 @@ __all__ = [
     "saved_sharding",
     "sync_timeout",
     "to_state_dict",
+    "walk",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from jaxstruct.registry import SerializationError, StructError
 
 from ._formats import PendingWrite, host_array
 
@@ -73,8 +74,15 @@ class ExportHandle:
         """
         if not self._finished.wait(timeout):
             raise TimeoutError(f"export to {str(self.path)!r} still running after {timeout} s")
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is None:
+            return
+        if isinstance(error, (StructError, OSError)) or not isinstance(error, Exception):
+            raise error
+        raise SerializationError(
+            f"export to {str(self.path)!r} failed in the background "
+            f"({type(error).__name__}: {error}); nothing was replaced"
+        ) from error
 
     def done(self) -> bool:
         """Return whether the background write has finished (successfully or not)."""

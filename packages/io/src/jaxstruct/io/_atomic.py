@@ -333,6 +333,11 @@ def publish(
                     remove(spare)
                     tmp = temp_sibling(target)
                 write(tmp)
+            if not os.path.lexists(tmp):
+                raise SerializationError(
+                    f"{str(target)!r}: writing the {what} returned without creating it; "
+                    "nothing was replaced"
+                )
         except OSError as err:
             raise CheckpointWriteError(
                 err.errno,

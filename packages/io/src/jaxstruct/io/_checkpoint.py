@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -15,13 +14,15 @@ from jaxstruct.registry import SerializationError
 from . import _async, _atomic, _gc, _multihost
 from ._async import ExportHandle
 from ._builtin import DirectoryFormat
+from ._contract import write_checked
 from ._decode import Resolver, decode_state
+from ._detect import format_for_export, is_checkpoint, open_checkpoint
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
-from ._manifest import check_arrays_table, dump_manifest, parse_manifest
-from ._plugins import current_registry
+from ._manifest import check_arrays_table, dump_manifest
+from ._partial import outside_selection, undecoded_codec
 from ._shardings import mesh_placements
 from ._targets import match_target
 
@@ -36,95 +37,6 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(path: str) -> bool:
     """Return whether ``path`` looks like a URL (``gs://bucket/ck``, ``memory://x``)."""
     return _URL.match(path) is not None
-
-
-def _format_named(name: str) -> Format:
-    formats = current_registry().formats
-    if not isinstance(name, str):
-        raise TypeError(f"format expected a str (a registered format name), got {name!r}")
-    fmt = formats.get(name)
-    if fmt is None:
-        hint = (
-            "; install jaxstruct-orbax (pip install jaxstruct-orbax) to get it"
-            if name == "orbax"
-            else ""
-        )
-        raise SerializationError(
-            f"format={name!r} is not a registered format (registered: {sorted(formats)}){hint}"
-        )
-    return fmt
-
-
-def _format_for_export(path: str, name: str | None) -> Format:
-    if name is not None:
-        return _format_named(name)
-    formats = current_registry().formats
-    suffix = Path(path).suffix.lower() if path else ""
-    for fmt in formats.values():
-        if suffix and suffix in fmt.suffixes:
-            return fmt
-    return formats["directory"]
-
-
-def _detect(path: Any) -> Format:
-    where = repr(str(path))
-    if isinstance(path, str):  # a URL: only formats that accept remote paths may claim it
-        for fmt in current_registry().formats.values():
-            if fmt.remote_paths and fmt.sniff(path):
-                return fmt
-        raise SerializationError(
-            f"{where}: no registered format that accepts remote paths recognises this as a "
-            "checkpoint (the built-in formats read local paths only; jaxstruct-orbax reads "
-            "the URLs orbax accepts)"
-        )
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(f"{where}: no such checkpoint") from None
-    is_dir = stat.S_ISDIR(mode)
-    if not is_dir and not stat.S_ISREG(mode):
-        raise SerializationError(f"{where}: is not a regular file or directory")
-    for fmt in current_registry().formats.values():
-        if fmt.is_directory != is_dir:
-            continue
-        try:
-            if fmt.sniff(path):
-                return fmt
-        except OSError:
-            continue
-    kind = "directory" if is_dir else "file"
-    raise SerializationError(
-        f"{where}: this {kind} is not a checkpoint of any registered format "
-        f"({sorted(current_registry().formats)})"
-    )
-
-
-def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
-    """Detect the format of ``path``, open it and parse its manifest (arrays are not read)."""
-    fmt = _detect(path)
-    where = repr(str(path))
-    opened = fmt.open(path, limits)
-    try:
-        top = parse_manifest(opened.manifest, where)
-        if top["container"] != fmt.name and top["container"] not in getattr(fmt, "also_reads", ()):
-            raise SerializationError(
-                f"{where}: the manifest says container {top['container']!r} but the file is a "
-                f"{fmt.name!r} checkpoint"
-            )
-    except BaseException:
-        opened.close()
-        raise
-    return fmt, opened, top
-
-
-def is_checkpoint(path: Path, fmt: Format) -> bool:
-    """Return whether ``path`` is a readable jaxstruct checkpoint of format ``fmt``."""
-    try:
-        found, opened, _ = open_checkpoint(path, Limits())
-    except (SerializationError, OSError):
-        return False
-    opened.close()
-    return found.name == fmt.name
 
 
 def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -> Any:
@@ -216,7 +128,7 @@ def _replace_atomically(
     old: Path | None = None
     try:
         try:
-            fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
+            write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
         except OSError as err:
             raise _disk_error(target, err) from err
         old = _atomic.exchange(tmp, target)
@@ -236,7 +148,7 @@ def _replace_everywhere(
     name = _atomic.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
     try:
-        fmt.write(tmp, manifest, arrays, compression=compression, step=_atomic.step)
+        write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
     except BaseException as err:
         if primary:
             _atomic.remove(tmp)
@@ -295,7 +207,7 @@ def _write_everywhere(
                 if pending is not None:
                     return pending
             try:
-                fmt.write(target, manifest, arrays, compression=compression, step=step)
+                write_checked(fmt, target, manifest, arrays, compression, publishing=False)
             except OSError as err:
                 raise _disk_error(target, err) from err
             _atomic.step("published")
@@ -306,7 +218,7 @@ def _write_everywhere(
             target,
             fmt,
             overwrite,
-            lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
+            lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
             checked,
             rewrite=None
             if rewrite is None
@@ -324,7 +236,7 @@ def _write_everywhere(
                 target,
                 fmt,
                 overwrite,
-                lambda tmp: fmt.write(tmp, manifest, arrays, compression=compression, step=step),
+                lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
                 found,
             )
         except BaseException as err:
@@ -372,8 +284,12 @@ def export(
 
     ``format`` names a registered format (``"directory"``, ``"zip"``,
     ``"orbax"`` with jaxstruct-orbax installed, or a plugin's). Without it, a
-    path ending in ``.zip`` gives one zip archive and any other path a
-    directory holding ``manifest.json`` and ``arrays.npz``. The checkpoint is
+    path ending in ``.zip`` gives one zip archive, a path ending in a suffix a
+    plugin format claims (``.tar`` with jaxstruct-plugin-tar) that format, and
+    any other path a directory holding ``manifest.json`` and ``arrays.npz``,
+    except that a suffix of a well-known file format no registered format
+    claims (``.h5``, ``.safetensors``, ...) is refused
+    (``jaxstruct.io.current_registry().suffixes`` lists the claimed ones). The checkpoint is
     written to a temporary sibling, fsynced and then renamed into place, so a
     crash at any point leaves the previous checkpoint intact.
 
@@ -402,12 +318,17 @@ def export(
     Raises:
         FileExistsError: ``path`` exists and ``overwrite`` is false.
         SerializationError: a value cannot be represented (nothing is written),
-            ``format`` is unknown, the path is a URL the format cannot write, or
+            ``format`` is unknown, the path's file suffix is claimed by no
+            format, the path is a URL the format cannot write,
             ``overwrite=True`` would replace something that is not a jaxstruct
-            checkpoint.
+            checkpoint, or a plugin format broke its contract (its ``write``
+            raised, created nothing or the wrong kind of thing; the previous
+            checkpoint is left in place).
         CheckpointWriteError: the disk failed while writing (full, read-only,
             ...); the previous checkpoint is left in place. It is an ``OSError``
             with the original ``errno``, and a :class:`SerializationError`.
+        PluginError: the format, suffix or a value's codec belongs to a plugin
+            that failed to load, or to two plugins.
 
     Example:
         >>> import tempfile, numpy as np
@@ -426,7 +347,7 @@ def export(
     if not isinstance(blocking, bool):
         raise TypeError(f"blocking expected a bool, got {blocking!r}")
     text = os.fspath(path)
-    fmt = _format_for_export(text if isinstance(text, str) else "", format)
+    fmt = format_for_export(text if isinstance(text, str) else "", format)
     target = _local_or_url(path, fmt, "export")
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
@@ -520,7 +441,14 @@ def load(
             array leaves are ``jax.Array`` (restored with its sharding),
             ``jax.ShapeDtypeStruct`` (its sharding, or as stored without one) or
             ``None`` (as stored); ``jax.eval_shape`` of the value builds one.
-            Shapes and dtypes must match what is stored.
+            Shapes and dtypes must match what is stored. The target also
+            vouches, at its own places only, for the classes it holds (a
+            struct, namedtuple, enum or other pytree node class named there
+            by the file is taken from it, with no ``allow_imports``), for the
+            values of the fields a struct does not store (``serialize=False``
+            and opaque fields; the default where the target's value is
+            abstract), and for the functions inside other libraries' pytree
+            nodes, which checkpoints never store.
         select: partial restore: a function picking part of the stored value
             (``lambda s: s.params``, or one returning a
             :class:`jaxstruct.core.Selection`); only the arrays inside that
@@ -617,6 +545,7 @@ def _load(
                     limits=lim,
                     source=where,
                     target=match,
+                    codec_named=undecoded_codec,
                 )
             except SerializationError:
                 # A converter, validator or migration of the stored classes needs real
@@ -632,7 +561,14 @@ def _load(
     if stand_ins:
         arrays = {**stand_ins, **arrays}
     value = decode_state(
-        manifest, table, arrays, resolver=resolver, limits=lim, source=where, target=match
+        manifest,
+        table,
+        arrays,
+        resolver=resolver,
+        limits=lim,
+        source=where,
+        target=match,
+        codec_named=outside_selection(list(stand_ins.values())) if stand_ins else None,
     )
     return value if select is None else select(value)
 

@@ -1,15 +1,23 @@
-"""The ``jaxstruct`` command line: ``jaxstruct inspect PATH [--json] [--verify]``."""
+"""The ``jaxstruct`` command line.
+
+``jaxstruct inspect PATH [--json] [--verify]`` describes a checkpoint;
+``jaxstruct plugins [--json]`` lists every ``jaxstruct.io`` plugin, its
+distribution and version, what it registers and its state.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from jaxstruct.registry import StructError
 
-from ._inspect import inspect, verify
+from ._inspect import inspect, verify_report
+from ._plugins import PluginWarning, current_registry
 
 __all__ = ["main"]
 
@@ -19,7 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``0``: done (and with ``--verify``, every member is sound); ``1``:
     ``--verify`` found bad members (each is named on stderr); ``2``: the
-    checkpoint could not be read.
+    checkpoint could not be read. ``jaxstruct plugins`` exits with ``0``.
+    Output cut short by its reader (``| head``) ends the command quietly.
 
     Example:
         >>> main(["inspect", "/nonexistent/checkpoint"])
@@ -41,7 +50,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-manifest-bytes", type=int, default=None, help="raise the manifest size limit"
     )
     show.add_argument("--max-nodes", type=int, default=None, help="raise the node count limit")
+    listing = commands.add_parser(
+        "plugins",
+        help="list every jaxstruct.io plugin, its distribution and version, what it registers "
+        "and its state (loaded, failed and why, disabled)",
+    )
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
     args = parser.parse_args(argv)
+    try:
+        status = _plugins(as_json=args.json) if args.command == "plugins" else _inspect(args)
+        sys.stdout.flush()  # a reader gone away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop writing, without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    return status
+
+
+def _plugins(*, as_json: bool) -> int:
+    with warnings.catch_warnings():
+        # Each failed plugin is listed with its reason below; no warning on top.
+        warnings.simplefilter("ignore", PluginWarning)
+        infos = current_registry().plugins()
+    if as_json:
+        print(json.dumps([info.to_json() for info in infos], indent=1))
+    else:
+        print("\n".join(str(info) for info in infos))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
     limits = {
         name: value
         for name, value in (
@@ -52,19 +92,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         info = inspect(args.path, **limits)
-        problems = verify(args.path, **limits) if args.verify else None
+        problems, checksummed = verify_report(args.path, **limits) if args.verify else (None, False)
     except (StructError, OSError) as err:
         print(f"jaxstruct inspect: error: {err}", file=sys.stderr)
         return 2
     if args.json:
         report = info.to_json()
         if problems is not None:
-            report["verify"] = {"ok": not problems, "problems": problems}
+            report["verify"] = {
+                "ok": not problems,
+                "problems": problems,
+                "checksums": checksummed,
+            }
         print(json.dumps(report, indent=1))
     else:
         print(info)
         if problems is not None and not problems:
-            print("verify: every member is sound")
+            print(
+                "verify: every member is sound"
+                if checksummed
+                else "verify: every array read; the format stores no checksums, so a changed "
+                "byte would go unnoticed"
+            )
     for problem in problems or ():
         print(f"jaxstruct inspect: bad member: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -25,6 +25,7 @@ from jaxstruct.registry import (
     ClassReferenceError,
     SerializationError,
     class_ref,
+    is_registered_pytree_type,
     lookup_class,
     resolve_class,
     resolve_pytree_spec,
@@ -34,6 +35,7 @@ from ._dtypes import parse_dtype
 from ._encode import PATH_TYPES
 from ._foreign import imported_node_class, unflatten_node
 from ._limits import Limits
+from ._paths import key_label
 from ._structs import build_struct, struct_fields
 from ._targets import TargetMatch
 
@@ -177,6 +179,7 @@ class _Decoder:
         self.arrays_used: set[str] = set()
         self._jax_ok: bool | None = None
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
+        self.codec_named: Callable[[str], Any] | None = None
 
     def place_all(self) -> None:
         """Put every host array that a JAX array or PRNG key node will need on the device at once.
@@ -215,7 +218,7 @@ class _Decoder:
     def path_of(self, index: int) -> str:
         parents: dict[int, tuple[int, str]] = {}
         for i, node in enumerate(self.nodes):
-            for child, label in _child_labels(node):
+            for child, label in _child_labels(node, self.nodes):
                 if isinstance(child, int) and child not in parents:
                     parents[child] = (i, label)
         parts: list[str] = []
@@ -415,7 +418,7 @@ def _weakly_typed(arr: Any) -> Any:
     return out
 
 
-def _child_labels(node: object) -> list[tuple[object, str]]:
+def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
     if not isinstance(node, list) or not node:
         return []
     tag = node[0]
@@ -425,10 +428,12 @@ def _child_labels(node: object) -> list[tuple[object, str]]:
             return [(c, f"[{i}]") for i, c in enumerate(items)]
         if tag == "dict":
             items = node[1]
-            return [
-                (c, f".<key {i // 2}>" if i % 2 == 0 else f"[<key {i // 2}>]")
-                for i, c in enumerate(items)
-            ]
+            out: list[tuple[object, str]] = []
+            for i in range(0, len(items) - 1, 2):
+                label = key_label(nodes, items[i])  # 'lr', as export names it
+                out.append((items[i], f".<key {label or i // 2}>"))
+                out.append((items[i + 1], f"[{label or f'<key {i // 2}>'}]"))
+            return out
         if tag == "struct":
             return [(c, f".{name}") for name, c in node[3].items()]
         if tag == "pytree":
@@ -691,6 +696,13 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:
     """A node of a class registered with JAX only, rebuilt by its own unflatten."""
+    if is_registered_pytree_type(cls):
+        # Structs and jaxstruct-registered types are rebuilt with their checks
+        # (converters, validators, deserializers), never through raw unflatten.
+        raise _NodeError(
+            f"{node[1]!r} is registered with jaxstruct, but the file stores it as a plain JAX "
+            "pytree node; a checkpoint written by jaxstruct never does that"
+        )
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
     aux = d.value(kids[0])
     try:
@@ -725,15 +737,23 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     name = _str(node[1], "codec name")
     from ._plugins import current_registry
 
-    codec = current_registry().codec_named(name)
+    registry = current_registry()
+    lookup = d.codec_named or registry.codec_named
+    codec = lookup(name)  # PluginError if its plugin failed or clashes
     if codec is None:
+        more = registry.missing_hint()
         raise _NodeError(
             f"it was stored by codec {name!r}, which is not registered; install the plugin that "
             "provides it (entry-point group 'jaxstruct.io') or register it with "
-            "jaxstruct.io.register_codec()"
+            f"jaxstruct.io.register_codec(){'; ' + more if more else ''}"
         )
     kids = d.children(i, [node[2]])
-    value = codec.decode(d.value(kids[0]))
+    try:
+        value = codec.decode(d.value(kids[0]))
+    except Exception as err:
+        raise _NodeError(
+            f"codec {name!r} failed to decode it ({type(err).__name__}: {err})"
+        ) from err
     if type(value) not in codec.types:
         raise _NodeError(
             f"codec {name!r} returned {type(value).__name__}, not one of its declared types"
@@ -777,14 +797,21 @@ def decode_state(
     limits: Limits,
     source: str,
     target: TargetMatch | None = None,
+    codec_named: Callable[[str], Any] | None = None,
 ) -> Any:
-    """Rebuild the value a checked manifest describes (``target``: what a target vouches for)."""
+    """Rebuild the value a checked manifest describes.
+
+    ``target``: what a restore target vouches for. ``codec_named``: looks
+    codecs up instead of the registry (a partial restore's skeleton keeps codec
+    values undecoded).
+    """
     nodes = manifest.get("nodes")
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
     decoder = _Decoder(
         nodes, meta, arrays, resolver=resolver, limits=limits, source=source, target=target
     )
+    decoder.codec_named = codec_named
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
     value = decoder.run(manifest.get("root"))

@@ -66,11 +66,11 @@ from . import _gc
 from ._dtypes import dtype_name
 from ._foreign import flatten_node
 from ._limits import DEFAULT_LIMITS
+from ._manifest import FORMAT_VERSION
 from ._structs import struct_fields
 
-__all__ = ["FORMAT_VERSION", "PATH_TYPES", "encode_float", "encode_state"]
+__all__ = ["PATH_TYPES", "encode_float", "encode_state"]
 
-FORMAT_VERSION = 1
 _SAFE_INT = 1 << 53
 #: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
 PATH_TYPES = {

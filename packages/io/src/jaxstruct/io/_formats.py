@@ -1,9 +1,9 @@
-"""On-disk formats: the :class:`Format` interface and the two built-in formats.
+"""On-disk formats: the :class:`Format` interface every format implements.
 
-``directory`` writes ``manifest.json`` next to ``arrays.npz``; ``zip`` writes
-one archive holding ``manifest.json`` and the ``.npy`` members. Array members
-are named ``<key>.npy``, so ``numpy.load(..., allow_pickle=False)`` reads them.
-Publishing (temporary sibling, fsync, atomic rename) is not a format's job:
+The two built-in formats live in ``_builtin``: ``directory`` writes
+``manifest.json`` next to ``arrays.npz``; ``zip`` writes one archive holding
+``manifest.json`` and ``arrays.npz``. Publishing (temporary sibling, fsync,
+atomic rename) is not a format's job:
 :func:`jaxstruct.io.export` hands each format a fresh path to create.
 """
 
@@ -19,12 +19,12 @@ from ._limits import Limits
 
 __all__ = [
     "ArraySpec",
-    "DirectoryFormat",
     "Format",
     "OpenedCheckpoint",
     "PendingWrite",
     "Placement",
-    "ZipFormat",
+    "aligned_empty",
+    "empty_array",
     "host_array",
     "host_pieces",
     "place",
@@ -46,6 +46,44 @@ class ArraySpec(NamedTuple):
 Placement = Any  # jax.sharding.Sharding | None (jax is imported lazily)
 
 ArrayTable = Mapping[str, ArraySpec]
+
+
+_ALIGN = 64
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned.
+
+    Example:
+        >>> aligned_empty(100).ctypes.data % 64
+        0
+    """
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + nbytes]
+
+
+def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
+    """Allocate the host array :meth:`OpenedCheckpoint.read_arrays` returns for ``spec``.
+
+    Its buffer starts at a 64-byte boundary (so ``jax.device_put`` can adopt
+    it without a copy), it is uninitialised, and it is laid out in ``order``
+    (``"C"``, or ``"F"`` for an array stored in Fortran order). Read the stored
+    bytes into ``memoryview(arr.reshape(-1, order=order).view(numpy.uint8))``.
+
+    Example:
+        >>> import numpy as np
+        >>> arr = empty_array(ArraySpec(np.dtype("<f4"), (2, 3), 24), order="F")
+        >>> arr.shape, arr.flags.f_contiguous, arr.ctypes.data % 64
+        ((2, 3), True, 0)
+    """
+    dtype = np.dtype(spec.dtype)
+    shape = tuple(spec.shape)
+    count = 1
+    for n in shape:
+        count *= n
+    flat = aligned_empty(count * dtype.itemsize).view(dtype)
+    return flat.reshape(shape, order="F" if order == "F" else "C")
 
 
 def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
@@ -110,7 +148,13 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 
 
 class OpenedCheckpoint:
-    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand."""
+    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
+
+    A format storing checksums may also define ``verify(table) -> list[str]``,
+    checking every array against its checksum (one message per bad array);
+    ``jaxstruct inspect --verify`` uses it. Without it, ``--verify`` reads the
+    arrays one at a time and reports that no checksums were checked.
+    """
 
     manifest: bytes
 
@@ -122,8 +166,10 @@ class OpenedCheckpoint:
                 check it against what the container holds.
             wanted: the keys to read (a subset for partial restore; other keys
                 are never read) mapped to a placement: ``None`` for a host
-                NumPy array, a ``jax.sharding.Sharding`` for a ``jax.Array``
-                with exactly that sharding (use :func:`place` as a fallback).
+                NumPy array with a 64-byte aligned buffer (allocate it with
+                :func:`empty_array`), a ``jax.sharding.Sharding`` for a
+                ``jax.Array`` with exactly that sharding (use :func:`place` as
+                a fallback).
 
         Returns:
             ``key -> array`` for every key of ``wanted``.
@@ -173,8 +219,10 @@ class Format:
             primary process writes, and arrays it does not hold are refused.
 
     Example:
-        >>> ZipFormat().name, ZipFormat().suffixes
-        ('zip', ('.zip',))
+        >>> import jaxstruct.io as jio
+        >>> fmt = jio.current_registry().formats["zip"]
+        >>> fmt.name, fmt.suffixes, isinstance(fmt, Format)
+        ('zip', ('.zip',), True)
     """
 
     name: str = ""
@@ -198,6 +246,14 @@ class Format:
         ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
         user holds them (possibly sharded); write them shard by shard
         (:func:`host_pieces`), never gathering a sharded array into one buffer.
+        The keys are opaque; :func:`jaxstruct.io.array_paths` of ``manifest``
+        names each array by its tree path. Keep each array's memory order and
+        store a checksum per array.
+
+        Before publishing, ``export`` checks that ``target`` exists, is a
+        directory exactly when :attr:`is_directory` says so, and is recognised
+        by :meth:`sniff`; otherwise nothing is replaced and the export raises
+        ``SerializationError`` naming this format.
         """
         raise NotImplementedError
 
@@ -220,7 +276,9 @@ class Format:
     def sniff(self, path: Any) -> bool:
         """Return whether ``path`` (an existing file or directory) looks like this format.
 
-        The default claims nothing, so a write-only format never captures a load.
+        Judge by content, not by name: ``export`` asks it about the temporary
+        :meth:`write` created, whose name is not the user's. The default
+        claims nothing, so a write-only format never captures a load.
         """
         return False
 
@@ -235,8 +293,3 @@ class Format:
         keeps the manager to local paths.
         """
         return None
-
-
-# The built-in formats live in ``_builtin``; importing them here keeps
-# ``from ._formats import DirectoryFormat, ZipFormat`` working.
-from ._builtin import DirectoryFormat, ZipFormat  # noqa: E402

@@ -14,8 +14,9 @@ from ._decode import struct_kinds_ok
 from ._formats import ArraySpec
 from ._limits import limits_from_kwargs
 from ._manifest import check_arrays_table
+from ._paths import key_label
 
-__all__ = ["CheckpointInfo", "inspect", "verify"]
+__all__ = ["CheckpointInfo", "inspect", "verify", "verify_report"]
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -77,22 +78,13 @@ def _clip(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-_SCALAR_KEYS = ("str", "int", "float", "bool", "none")
 _KINDS = {"n": "node", "s": "static", "o": "opaque"}
 
 
 def _key_label(nodes: list[Any], index: Any) -> str | None:
-    """The key of a dict item as it reads in Python (``'w'``, ``3``), or ``None`` if not simple."""
-    if type(index) is not int or not 0 <= index < len(nodes):
-        return None
-    node = nodes[index]
-    if not isinstance(node, list) or not node or node[0] not in _SCALAR_KEYS:
-        return None
-    if node[0] == "none":
-        return "None"
-    if len(node) != 2:
-        return None
-    return _clip(repr(node[1]), 40)
+    """The key of a dict item as it reads in Python, clipped, or ``None`` if not simple."""
+    label = key_label(nodes, index)
+    return None if label is None else _clip(label, 40)
 
 
 def _describe(
@@ -134,11 +126,19 @@ def _describe(
     if tag == "codec":
         return f"<codec {node[1]!r}>", [("<data>", node[2])]
     if tag in ("array", "jaxarray"):
-        dtype, shape, nbytes = arrays[node[1]]
+        dtype, shape, nbytes = _array_entry(arrays, node)
         kind = "jax array" if tag == "jaxarray" else "array"
         if len(node) == 3:
             kind = "weakly typed " + kind
         return f"{kind} {dtype}{list(shape)} {_size(nbytes)} ({node[1]})", []
+    if tag == "prngkey":
+        dtype, shape, nbytes = _array_entry(arrays, node)
+        impl = node[2] if len(node) == 3 else "?"
+        return (
+            f"PRNG key array ({_clip(str(impl), 40)}), key data {dtype}{list(shape)} "
+            f"{_size(nbytes)} ({node[1]})",
+            [],
+        )
     if tag == "enum":
         return f"enum {node[1]}.{node[2]}", []
     if tag == "npscalar":
@@ -152,6 +152,14 @@ def _describe(
     if tag in ("bool", "int", "float", "str", "complex"):
         return f"{tag} {_clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
     raise SerializationError(f"unknown node tag {tag!r}")
+
+
+def _array_entry(
+    arrays: dict[str, tuple[str, tuple[int, ...], int]], node: list[Any]
+) -> tuple[str, tuple[int, ...], int]:
+    if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
+        raise SerializationError(f"array node names {_clip(repr(node[1:2]))}, not in the table")
+    return arrays[node[1]]
 
 
 def _render(
@@ -264,20 +272,33 @@ def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
         >>> verify(export({"w": np.zeros(3)}, target))
         []
     """
+    return verify_report(path, **limits)[0]
+
+
+def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
+    """Like :func:`verify`; also return whether stored checksums were checked.
+
+    A format's opened checkpoint that has a ``verify(table)`` method checks
+    its own checksums (the built-in formats' CRCs); any other format's arrays
+    are read one at a time (never all at once), which finds truncation and
+    size mismatches but not a flipped byte.
+    """
     lim = limits_from_kwargs("verify", limits)
     target = Path(os.fspath(path))
     where = repr(str(target))
     _, opened, top = open_checkpoint(target, lim)
     try:
         table = check_arrays_table(top["arrays"], where, lim)
+        specs = {k: ArraySpec(*v) for k, v in table.items()}
         check = getattr(opened, "verify", None)
         if check is not None:
-            return list(check(table))
-        try:  # another format: reading every array through is the check
-            specs = {k: ArraySpec(*v) for k, v in table.items()}
-            opened.read_arrays(specs, dict.fromkeys(specs))
-        except SerializationError as err:
-            return [str(err)]
-        return []
+            return list(check(specs)), True
+        problems: list[str] = []
+        for key in specs:
+            try:
+                opened.read_arrays(specs, {key: None})
+            except SerializationError as err:
+                problems.append(str(err))
+        return problems, False
     finally:
         opened.close()

@@ -26,7 +26,8 @@ from jaxstruct.registry import SerializationError
 from . import _atomic, _multihost
 from ._async import ExportHandle
 from ._atomic import fsync_dir
-from ._checkpoint import _format_named, export, is_url, load
+from ._checkpoint import export, is_url, load
+from ._detect import format_named
 from ._preemption import PreemptionWatch
 
 __all__ = ["CheckpointManager"]
@@ -103,7 +104,7 @@ class CheckpointManager:
             )
         if best_metric is not None and not isinstance(best_metric, str):
             raise TypeError(f"best_metric expected a str, got {best_metric!r}")
-        self._format = _format_named(format or "directory")
+        self._format = format_named(format or "directory")
         self.format = self._format.name
         text = os.fspath(directory)
         self._remote = self._format.remote_directory() if is_url(text) else None

@@ -24,10 +24,10 @@ from jaxstruct.registry import SerializationError
 
 from . import _gc
 from ._dtypes import parse_dtype
-from ._encode import FORMAT_VERSION
 from ._limits import Limits
 
 __all__ = [
+    "FORMAT_VERSION",
     "MARKER",
     "check_arrays_table",
     "check_node_budget",
@@ -35,6 +35,9 @@ __all__ = [
     "dump_manifest",
     "parse_manifest",
 ]
+
+#: The version of the checkpoint layout that this code writes (and the newest it reads).
+FORMAT_VERSION = 1
 
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")

@@ -21,28 +21,15 @@ from jaxstruct.registry import SerializationError
 from . import _zipread
 from ._crc import crc32
 from ._dtypes import storage_dtype
-from ._formats import OpenedCheckpoint
+from ._formats import OpenedCheckpoint, aligned_empty
 from ._npy import build_header, parse_header, prefix_length
 
 __all__ = ["NpzCheckpoint", "aligned_empty", "norm_index", "read_member"]
 
-_ALIGN = 64
 _READ_CHUNK = 1 << 20  # bytes read at a time (each piece's CRC computed apart)
 _SLAB = 8 << 20  # bytes of rows decompressed or gathered at a time for a sharded read
 
 ArrayTable = Mapping[str, Any]  # key -> ArraySpec(dtype, shape, nbytes)
-
-
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned.
-
-    Example:
-        >>> aligned_empty(100).ctypes.data % 64
-        0
-    """
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return raw[start : start + nbytes]
 
 
 def norm_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:

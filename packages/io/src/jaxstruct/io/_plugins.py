@@ -2,23 +2,37 @@
 
 Built-in formats are a plugin like any other (registered without an entry
 point). Entry points of the ``jaxstruct.io`` group are loaded the first time a
-format or codec is needed, once per process, unless the environment variable
-``JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD`` is set to a non-empty value.
+format or codec is needed, once per process, unless autoloading is switched
+off (:data:`AUTOLOAD_ENV`) or the plugin is blocked (:data:`BLOCK_ENV`) or not
+allowed (:data:`ALLOW_ENV`).
 
-An entry-point plugin whose hook would silently never run is refused with a
-:class:`PluginError` naming the plugin and the hook: a function marked with
-:data:`hookimpl` under a name that is not a hook (a misspelling), or a
-``jaxstruct_*`` function without our marker (none, or another project's).
+A broken plugin costs only itself. A plugin that fails to import, whose hook
+raises or returns something that is not a format or codec instance, whose hook
+does not fit its specification, or that declares a plugin interface version
+this jaxstruct-io does not provide is *failed*: a :class:`PluginWarning` names
+it and its distribution, and nothing it provides is used. Two plugins claiming
+one codec name, codec type, format name or suffix make that name *conflicted*:
+every other name of both keeps working, and a :class:`PluginError` naming both
+distributions is raised only where a file or a call needs the conflicted name
+(a manifest naming the codec, a path with the suffix, ``format=`` the name).
+A plugin claiming a name of the built-in formats loses that claim. Collecting
+never raises and is repeatable: the same installation gives the same outcome,
+and :meth:`PluginRegistry.reload` collects again after a plugin was fixed.
+
+An entry-point plugin whose hook would silently never run is failed too: a
+function marked with :data:`hookimpl` under a name that is not a hook (a
+misspelling), or a ``jaxstruct_*`` function without our marker (none, or
+another project's).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata
-import inspect
 import os
+import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -26,14 +40,23 @@ import pluggy
 from jaxstruct.registry import StructError
 
 from . import hookspecs
+from ._builtin import DirectoryFormat, ZipFormat
 from ._codecs import Codec
-from ._formats import DirectoryFormat, Format, ZipFormat
+from ._formats import Format
+from ._plugin_checks import Key, check_hooks, check_item, claimed_by_broken
+from ._plugin_table import BLOCK_ENV, Origin, PluginInfo, Tables, claims_of, key_text, plugin_info
 
 __all__ = [
+    "ALLOW_ENV",
     "AUTOLOAD_ENV",
+    "BLOCK_ENV",
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
     "PluginError",
+    "PluginInfo",
     "PluginRegistry",
+    "PluginWarning",
+    "autoload_enabled",
     "current_registry",
     "hookimpl",
     "register_codec",
@@ -41,26 +64,52 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "jaxstruct.io"
+#: Set to ``1`` (or ``true``, ``yes``, ``on``, any value but ``0``, ``false``,
+#: ``no``, ``off`` and the empty string) to load no entry-point plugin at all.
 AUTOLOAD_ENV = "JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD"
+#: Comma-separated entry-point or distribution names: when set, only these load.
+ALLOW_ENV = "JAXSTRUCT_IO_LOAD_PLUGINS"
+#: The plugin interface version this jaxstruct-io provides. A plugin module may
+#: declare the version it was written for as ``JAXSTRUCT_IO_PLUGIN_API = 1``;
+#: a plugin declaring a newer one is failed with a message asking for an upgrade.
+PLUGIN_API_VERSION = 1
+API_ATTRIBUTE = "JAXSTRUCT_IO_PLUGIN_API"
 BUILTIN = "jaxstruct-io (built-in)"
+_BUILTIN_PLUGIN = "jaxstruct-io-builtins"
 _RUNTIME = "runtime registration: "
+_OFF_VALUES = frozenset({"", "0", "false", "no", "off"})
 
 hookimpl = pluggy.HookimplMarker("jaxstruct")
-
-_PROJECT = "jaxstruct"
-_HOOK_PREFIX = "jaxstruct_"
-#: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
-_HOOK_NAMES = tuple(
-    sorted(
-        name
-        for name, value in vars(hookspecs).items()
-        if name.startswith(_HOOK_PREFIX) and hasattr(value, f"{_PROJECT}_spec")
-    )
-)
 
 
 class PluginError(StructError, RuntimeError):
     """A plugin cannot be loaded, or two plugins register the same name."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin was skipped (it failed, or lost a name to a clash); the rest keep working."""
+
+
+def autoload_enabled() -> bool:
+    """Whether entry-point plugins are loaded, as :data:`AUTOLOAD_ENV` says.
+
+    Example:
+        >>> isinstance(autoload_enabled(), bool)
+        True
+    """
+    return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in _OFF_VALUES
+
+
+def _names_from_env(var: str) -> frozenset[str] | None:
+    raw = os.environ.get(var)
+    if raw is None or not raw.strip():
+        return None
+    return frozenset(_normal(part) for part in raw.split(",") if part.strip())
+
+
+def _normal(name: str) -> str:
+    """Entry-point and distribution names compared as packaging does (``A_b.c`` is ``a-b-c``)."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 class _Builtins:
@@ -71,28 +120,24 @@ class _Builtins:
         return [DirectoryFormat(), ZipFormat()]
 
 
-class _Single:
-    """A plugin wrapping one object given to :func:`register_codec` or :func:`register_format`."""
-
-    def __init__(self, codec: Codec | None = None, fmt: Format | None = None) -> None:
-        self.codec = codec
-        self.fmt = fmt
-
-    @hookimpl
-    def jaxstruct_register_codecs(self) -> list[Codec]:
-        return [self.codec] if self.codec is not None else []
-
-    @hookimpl
-    def jaxstruct_register_formats(self) -> list[Format]:
-        return [self.fmt] if self.fmt is not None else []
-
-
-def _dist_name(entry_point: Any) -> str:
+def _dist_of(entry_point: Any) -> tuple[str, str]:
+    """``(distribution name, version)`` of an entry point (placeholders when unknown)."""
     dist = getattr(entry_point, "dist", None)
-    name = getattr(dist, "name", None) or getattr(
-        getattr(dist, "metadata", {}), "get", lambda _k: None
-    )("Name")
-    return str(name) if name else f"<unknown distribution of entry point {entry_point.name!r}>"
+    name = getattr(dist, "name", None)
+    if not name:
+        metadata = getattr(dist, "metadata", None)
+        name = metadata.get("Name") if metadata is not None else None
+    version = getattr(dist, "version", None)
+    if not name:
+        name = f"<unknown distribution of entry point {entry_point.name!r}>"
+    return str(name), str(version) if version else ""
+
+
+def _own_version() -> str:
+    try:
+        return importlib.metadata.version("jaxstruct-io")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed
+        return ""
 
 
 class PluginRegistry:
@@ -102,7 +147,12 @@ class PluginRegistry:
         entry_points: callable returning the entry points to load (default:
             the installed ``jaxstruct.io`` group); tests pass fakes.
         autoload: whether to load entry points; default: unless
-            ``JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD`` is set.
+            :data:`AUTOLOAD_ENV` is set (to anything but ``0``, ``false``,
+            ``no``, ``off`` or nothing).
+        block: entry-point or distribution names never to load; default:
+            :data:`BLOCK_ENV`, comma-separated.
+        allow: if given, only these entry-point or distribution names load;
+            default: :data:`ALLOW_ENV`, comma-separated (unset: all).
 
     Example:
         >>> reg = PluginRegistry(entry_points=lambda: [])
@@ -115,215 +165,323 @@ class PluginRegistry:
         *,
         entry_points: Callable[[], Iterable[Any]] | None = None,
         autoload: bool | None = None,
+        block: Iterable[str] | None = None,
+        allow: Iterable[str] | None = None,
     ) -> None:
         self.manager = pluggy.PluginManager("jaxstruct")
         self.manager.add_hookspecs(hookspecs)
-        self.manager.register(_Builtins(), name="jaxstruct-io-builtins")
-        self._sources: dict[str, str] = {"jaxstruct-io-builtins": BUILTIN}
+        self.manager.register(_Builtins(), name=_BUILTIN_PLUGIN)
         self._entry_points = entry_points or (
             lambda: importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         )
-        self._autoload = (not os.environ.get(AUTOLOAD_ENV)) if autoload is None else autoload
+        self._autoload = autoload
+        self._block = None if block is None else frozenset(map(_normal, block))
+        self._allow = None if allow is None else frozenset(map(_normal, allow))
         self._lock = threading.RLock()
-        self._loaded = False
-        self._formats: dict[str, tuple[Format, str]] = {}
-        self._codecs: dict[str, tuple[Codec, str]] = {}
-        self._by_type: dict[type, Codec] = {}
-        self._counter = 0
+        self._tables: Tables | None = None
+        self._runtime: list[tuple[Format | Codec, Origin]] = []
 
-    # -- loading -----------------------------------------------------------------
+    @property
+    def autoload(self) -> bool:
+        """Whether entry-point plugins are loaded by this registry."""
+        return autoload_enabled() if self._autoload is None else self._autoload
 
-    def _ensure(self) -> None:
-        if self._loaded:
-            return
+    # -- collecting ----------------------------------------------------------------
+
+    def _ensure(self) -> Tables:
+        tables = self._tables
+        if tables is not None:
+            return tables
         with self._lock:
-            if self._loaded:
-                return
-            if self._autoload:
-                self._load_entry_points()
-            for plugin_name, source in list(self._sources.items()):
-                self._collect(self.manager.get_plugin(plugin_name), plugin_name, source)
-            self._loaded = True
+            if self._tables is None:
+                tables = self._build()
+                self._tables = tables
+                _warn(tables.messages)
+            return self._tables
 
-    def _load_entry_points(self) -> None:
-        for ep in self._entry_points():
-            source = _dist_name(ep)
-            try:
-                plugin = ep.load()
-            except Exception as err:
-                raise PluginError(
-                    f"jaxstruct.io plugin {ep.name!r} from distribution {source!r} failed to "
-                    f"import ({type(err).__name__}: {err}); fix or uninstall it, or set "
-                    f"{AUTOLOAD_ENV}=1 to skip plugin autoloading"
-                ) from err
-            name = f"entrypoint:{ep.name}"
-            if self.manager.get_plugin(name) is plugin:
-                # The same entry point loaded again (a registry reset): nothing new.
-                continue
-            if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
-                raise PluginError(
-                    f"jaxstruct.io plugin {ep.name!r} from {source!r} is registered twice; "
-                    "each entry point name must be unique"
+    def reload(self) -> None:
+        """Collect every plugin again (after one was installed, fixed or unblocked).
+
+        Codecs and formats registered with :func:`register_codec` and
+        :func:`register_format` are kept.
+        """
+        with self._lock:
+            for name, _ in self.manager.list_name_plugin():
+                if name and name.startswith("entrypoint:"):
+                    self.manager.unregister(name=name)
+            self._tables = None
+        self._ensure()
+
+    def _build(self) -> Tables:
+        tables = Tables()
+        builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
+        origin = Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
+        formats, codecs, error = self._items(builtins)
+        if error is not None:  # pragma: no cover - the built-ins never fail
+            raise PluginError(f"the built-in formats failed: {error}")
+        for item in (*formats, *codecs):
+            tables.merge(item, origin)
+        tables.plugins.append(
+            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", formats, codecs)
+        )
+        if self.autoload:
+            self._load_entry_points(tables)
+        for item, origin in self._runtime:
+            problems = tables.merge(item, origin)
+            tables.messages += problems
+        tables.refresh()
+        return tables
+
+    def _listed(self, ep_name: str, dist: str) -> str | None:
+        """Why an entry point is not loaded by the block or allow list, or ``None``."""
+        names = {_normal(ep_name), _normal(dist)}
+        block = self._block if self._block is not None else _names_from_env(BLOCK_ENV)
+        allow = self._allow if self._allow is not None else _names_from_env(ALLOW_ENV)
+        if block and names & block:
+            return f"blocked ({BLOCK_ENV} or block=)" if self._block is None else "blocked"
+        if allow is not None and not names & allow:
+            return f"not in the allow list ({ALLOW_ENV} or allow=)"
+        return None
+
+    def _load_entry_points(self, tables: Tables) -> None:
+        try:
+            entry_points = list(self._entry_points())
+        except Exception as err:
+            tables.messages.append(
+                f"listing the {ENTRY_POINT_GROUP!r} entry points failed "
+                f"({type(err).__name__}: {err}); no plugin was loaded"
+            )
+            return
+        for ep in entry_points:
+            dist, version = _dist_of(ep)
+            origin = Origin(str(ep.name), dist, "entrypoint")
+            disabled = self._listed(ep.name, dist)
+            if disabled is not None:
+                tables.plugins.append(
+                    plugin_info(ep.name, dist, version, "disabled", reason=disabled)
                 )
-            _check_hooks(plugin, ep.name, source)
-            try:
-                self.manager.register(plugin, name=name)
-            except pluggy.PluginValidationError as err:
-                raise PluginError(
-                    f"jaxstruct.io plugin {ep.name!r} from {source!r} has a hook implementation "
-                    f"that does not fit its hook specification: {err}; its arguments must be "
-                    "named as in jaxstruct.io.hookspecs (or taken away)"
-                ) from None
-            self._sources[name] = source
+                continue
+            reason, formats, codecs, claimed = self._load_one(ep, origin)
+            if reason is not None:
+                message = f"{origin} failed and is not used: {reason}"
+                tables.messages.append(message)
+                tables.plugins.append(plugin_info(ep.name, dist, version, "failed", reason=reason))
+                for key in claimed:
+                    if key not in tables.owners and key not in tables.broken:
+                        tables.broken[key] = message
+                continue
+            problems: list[str] = []
+            for item in (*formats, *codecs):
+                problems += tables.merge(item, origin)
+            tables.messages += problems
+            tables.plugins.append(
+                plugin_info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
+            )
 
-    def _collect(self, plugin: Any, plugin_name: str, source: str) -> None:
-        for hook, table, kind in (
-            (self.manager.hook.jaxstruct_register_formats, self._formats, "format"),
-            (self.manager.hook.jaxstruct_register_codecs, self._codecs, "codec"),
+    def _load_one(
+        self, ep: Any, origin: Origin
+    ) -> tuple[str | None, list[Format], list[Codec], list[Key]]:
+        """Import and register one entry point; ``(why it failed, formats, codecs, claims)``."""
+        try:
+            plugin = ep.load()
+        except Exception as err:
+            return f"importing it failed ({type(err).__name__}: {err})", [], [], []
+        declared = getattr(plugin, API_ATTRIBUTE, None)
+        if declared is not None and (
+            type(declared) is not int or not 1 <= declared <= PLUGIN_API_VERSION
+        ):
+            return (
+                f"it declares {API_ATTRIBUTE} = {declared!r}, and this jaxstruct-io provides "
+                f"plugin interface version {PLUGIN_API_VERSION}; upgrade jaxstruct-io",
+                [],
+                [],
+                [],
+            )
+        name = f"entrypoint:{ep.name}"
+        if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
+            return (
+                f"it is registered twice (another entry point named {ep.name!r}, or the same "
+                "object under another name); each entry point name must be unique",
+                [],
+                [],
+                [],
+            )
+        problem = check_hooks(plugin)
+        if problem is not None:
+            return problem, [], [], []
+        try:
+            self.manager.register(plugin, name=name)
+        except pluggy.PluginValidationError as err:
+            return (
+                f"a hook implementation does not fit its hook specification ({err}); its "
+                "arguments must be named as in jaxstruct.io.hookspecs (or taken away)",
+                [],
+                [],
+                [],
+            )
+        formats, codecs, error = self._items(plugin)
+        if error is not None:
+            self.manager.unregister(name=name)
+            return error[0], [], [], error[1]
+        return None, formats, codecs, []
+
+    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec], tuple[str, list[Key]] | None]:
+        """Call a registered plugin's hooks; ``(formats, codecs, (error, claimed names))``."""
+        found: dict[str, list[Any]] = {"format": [], "codec": []}
+        for hook, kind in (
+            (self.manager.hook.jaxstruct_register_formats, "format"),
+            (self.manager.hook.jaxstruct_register_codecs, "codec"),
         ):
             for impl in hook.get_hookimpls():
-                if impl.plugin_name != plugin_name:
+                if impl.plugin is not plugin:
                     continue
                 try:
                     items = list(cast("Iterable[Any]", impl.function() or ()))
                 except Exception as err:
-                    raise PluginError(
-                        f"the {kind} hook of plugin {plugin_name!r} ({source}) failed "
-                        f"({type(err).__name__}: {err})"
-                    ) from err
+                    return [], [], (f"its {kind} hook raised {type(err).__name__}: {err}", [])
                 for item in items:
-                    self._add(kind, table, item, source)
+                    problem = check_item(item, kind)
+                    if problem is not None:
+                        claimed = [k for it in items for k in claimed_by_broken(it, kind)]
+                        return [], [], (problem, claimed)
+                found[kind] += items
+        return found["format"], found["codec"], None
 
-    def _add(self, kind: str, table: dict[str, Any], item: Any, source: str) -> None:
-        expected = Format if kind == "format" else Codec
-        if not isinstance(item, expected):
-            raise PluginError(
-                f"plugin from {source} returned {item!r} from its {kind} hook; expected "
-                f"{expected.__name__} instances"
-            )
-        name = item.name
-        if not name:
-            raise PluginError(f"{kind} {item!r} from {source} has an empty name")
-        if name in table and table[name][1] == source and source.startswith(_RUNTIME):
-            # The same register_*() call site running again (a re-run notebook
-            # cell) replaces its earlier registration instead of clashing.
-            previous = table.pop(name)[0]
-            for cls in getattr(previous, "types", ()):
-                self._by_type.pop(cls, None)
-        if name in table:
-            raise PluginError(
-                f"{kind} name {name!r} is registered by both {table[name][1]!r} and {source!r}; "
-                "uninstall one of them, or rename one of the registrations"
-            )
-        if isinstance(item, Codec):
-            for cls in item.types:
-                if cls in self._by_type:
-                    other = self._by_type[cls].name
-                    raise PluginError(
-                        f"codec {name!r} from {source!r} and codec {other!r} from "
-                        f"{self._codecs[other][1]!r} both handle {cls.__qualname__}"
-                    )
-            for cls in item.types:
-                self._by_type[cls] = item
-        table[name] = (item, source)
-
-    def _register_single(self, plugin: _Single, what: str) -> None:
+    def _register_single(self, item: Format | Codec, what: str) -> None:
+        kind = "format" if isinstance(item, Format) else "codec"
+        problem = check_item(item, kind)
+        if problem is not None:
+            raise PluginError(f"{what}() refused {item!r}: {problem.replace('its ', 'the ', 1)}")
+        tables = self._ensure()
         with self._lock:
-            self._counter += 1
             caller = sys._getframe(2).f_globals.get("__name__", "?")
-            name = f"runtime:{what}:{self._counter}"
-            source = f"{_RUNTIME}{what}() called from {caller}"
-            self.manager.register(plugin, name=name)
-            self._sources[name] = source
-            if self._loaded:
-                try:
-                    self._collect(plugin, name, source)
-                except PluginError:
-                    self.manager.unregister(name=name)
-                    del self._sources[name]
-                    raise
+            origin = Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
+            claims = claims_of(item)
+            previous = tables.owners.get(claims[0])
+            if previous is not None and previous[1] == origin:
+                # The same register_*() call site running again (a re-run notebook
+                # cell) replaces its earlier registration instead of clashing.
+                for key in [k for k, (owner, _) in tables.owners.items() if owner is previous[0]]:
+                    del tables.owners[key]
+                self._runtime = [(i, o) for i, o in self._runtime if i is not previous[0]]
+            for key in claims:
+                if key in tables.broken:
+                    raise PluginError(f"{key_text(key)} cannot be registered: {tables.broken[key]}")
+                other = tables.owners.get(key)
+                if other is not None:
+                    raise PluginError(
+                        f"{key_text(key)} is registered by both {other[1]} and {origin}; "
+                        "choose another name (or type)"
+                        if key[0] != "type"
+                        else f"{kind} {item.name!r} from {origin} and {kind} "
+                        f"{other[0].name!r} from {other[1]} both handle {key[1].__qualname__}"
+                    )
+            for key in claims:
+                tables.owners[key] = (item, origin)
+            self._runtime.append((item, origin))
+            tables.refresh()
 
     # -- queries -----------------------------------------------------------------
 
     @property
     def formats(self) -> dict[str, Format]:
-        """Every registered format by name."""
-        self._ensure()
-        return {name: fmt for name, (fmt, _) in self._formats.items()}
+        """Every usable registered format by name (conflicted and failed ones left out)."""
+        return dict(self._ensure().formats)
 
     @property
     def codecs(self) -> dict[str, Codec]:
-        """Every registered codec by name."""
-        self._ensure()
-        return {name: codec for name, (codec, _) in self._codecs.items()}
+        """Every usable registered codec by name (conflicted and failed ones left out)."""
+        return dict(self._ensure().codecs)
+
+    @property
+    def suffixes(self) -> dict[str, Format]:
+        """The format each claimed suffix selects on export (lower case, with the dot)."""
+        return dict(self._ensure().by_suffix)
+
+    def plugins(self) -> list[PluginInfo]:
+        """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones."""
+        tables = self._ensure()
+        out = list(tables.plugins)
+        for item, origin in self._runtime:
+            formats, codecs = ([item], []) if isinstance(item, Format) else ([], [item])
+            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", formats, codecs))
+        return out
 
     def source_of(self, kind: str, name: str) -> str:
         """Return the distribution (or description) that registered a format or codec."""
-        self._ensure()
-        table = self._formats if kind == "format" else self._codecs
-        return table[name][1]
+        return self._ensure().owners[(kind, name)][1].dist
+
+    def describe_source(self, kind: str, name: str) -> str:
+        """Who registered a format or codec, for messages (``plugin 'x' from distribution 'y'``)."""
+        return str(self._ensure().owners[(kind, name)][1])
+
+    def _lookup(self, key: Key) -> Any:
+        tables = self._ensure()
+        message = tables.broken.get(key)
+        if message is not None:
+            raise PluginError(message)
+        entry = tables.owners.get(key)
+        return None if entry is None else entry[0]
+
+    def format_named(self, name: str) -> Format | None:
+        """Return the format registered under ``name``, or ``None``.
+
+        Raises:
+            PluginError: the name belongs to a plugin that failed, or to two plugins.
+        """
+        return self._lookup(("format", name))
+
+    def format_for_suffix(self, suffix: str) -> Format | None:
+        """Return the format that claims ``suffix`` (``".h5"``), or ``None``.
+
+        Raises:
+            PluginError: the suffix belongs to a plugin that failed, or to two formats.
+        """
+        return self._lookup(("suffix", suffix.lower()))
 
     def codec_for_type(self, cls: type) -> Codec | None:
-        """Return the codec handling exactly ``cls``, or ``None``."""
-        self._ensure()
-        return self._by_type.get(cls)
+        """Return the codec handling exactly ``cls``, or ``None``.
+
+        Raises:
+            PluginError: two plugins' codecs handle ``cls``.
+        """
+        tables = self._ensure()
+        codec = tables.by_type.get(cls)
+        if codec is not None:
+            return codec
+        return self._lookup(("type", cls)) if tables.broken else None
 
     def codec_named(self, name: str) -> Codec | None:
-        """Return the codec registered under ``name``, or ``None``."""
-        self._ensure()
-        entry = self._codecs.get(name)
-        return entry[0] if entry else None
+        """Return the codec registered under ``name``, or ``None``.
 
+        Raises:
+            PluginError: the name belongs to a plugin that failed, or to two plugins.
+        """
+        return self._lookup(("codec", name))
 
-def _impl_markers(function: Any) -> list[str]:
-    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
-    found = []
-    for attr, value in getattr(function, "__dict__", {}).items():
-        if attr.endswith("_impl") and isinstance(value, dict):
-            found.append(attr[: -len("_impl")])
-    return sorted(found)
-
-
-def _check_hooks(plugin: Any, ep_name: str, source: str) -> None:
-    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
-
-    pluggy registers a marked function under any name (an unknown hook only
-    shows up in ``check_pending``) and ignores a ``jaxstruct_*`` function that
-    lacks our marker; either way the plugin's author would never learn that
-    the hook does not run.
-
-    Raises:
-        PluginError: naming the plugin, its distribution and the hook.
-    """
-    who = f"jaxstruct.io plugin {ep_name!r} from {source!r}"
-    hooks = ", ".join(_HOOK_NAMES)
-    for name in dir(plugin):
-        try:
-            function = getattr(plugin, name)
-        except Exception:  # a property that fails; pluggy skips those too
-            continue
-        if not inspect.isroutine(function):
-            continue
-        markers = _impl_markers(function)
-        if _PROJECT in markers:
-            if name not in _HOOK_NAMES:
-                close = difflib.get_close_matches(name, _HOOK_NAMES, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise PluginError(
-                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
-                    f"rename it to one of: {hooks}"
-                )
-        elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
-            what = (
-                f"carries the hookimpl marker of {', '.join(map(repr, markers))} instead of "
-                "jaxstruct's"
-                if markers
-                else "has no hookimpl marker"
+    def missing_hint(self) -> str:
+        """Words for an error about a name nobody registered: failed plugins, autoload off."""
+        tables = self._ensure()
+        failed = [p for p in tables.plugins if p.state == "failed"]
+        parts = []
+        if failed:
+            listed = "; ".join(
+                f"plugin {p.name!r} from {p.distribution!r} ({p.reason})" for p in failed[:3]
             )
-            raise PluginError(
-                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
-                "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
-            )
+            parts.append(f"a plugin that failed to load may provide it: {listed}")
+        if not self.autoload:
+            why = f"{AUTOLOAD_ENV} is set" if self._autoload is None else "autoload=False"
+            parts.append(f"plugin autoloading is switched off ({why})")
+        disabled = [p for p in tables.plugins if p.state == "disabled"]
+        if disabled and self.autoload:
+            names = ", ".join(repr(p.name) for p in disabled[:5])
+            parts.append(f"disabled plugins that may provide it: {names}")
+        return "; ".join(parts)
+
+
+def _warn(messages: list[str]) -> None:
+    for message in messages:
+        warnings.warn(message, PluginWarning, stacklevel=4)
 
 
 _registry: PluginRegistry | None = None
@@ -331,7 +489,15 @@ _registry_lock = threading.Lock()
 
 
 def current_registry() -> PluginRegistry:
-    """Return the process-wide registry, creating it on first use."""
+    """Return the process-wide registry, creating it on first use.
+
+    Its :attr:`~PluginRegistry.formats`, :attr:`~PluginRegistry.codecs` and
+    :meth:`~PluginRegistry.plugins` list what this process can use.
+
+    Example:
+        >>> {"directory", "zip"} <= set(current_registry().formats)
+        True
+    """
     global _registry
     if _registry is None:
         with _registry_lock:
@@ -352,9 +518,14 @@ def register_codec(codec: Codec) -> Codec:
     Registering a codec of the same name again from the same module replaces
     the earlier one (so re-running a notebook cell works).
 
+    Installed plugins are collected first, so the outcome does not depend on
+    whether an export or load ran before.
+
     Raises:
         PluginError: the name or one of the types is already taken by another
-            plugin or module.
+            plugin or module, or a type is one the manifest stores natively
+            (``str``, ``int``, ``dict``, ``numpy.ndarray``, ...: the codec would
+            never run).
 
     Example:
         >>> class Celsius(float): ...
@@ -365,7 +536,7 @@ def register_codec(codec: Codec) -> Codec:
     """
     if not isinstance(codec, Codec):
         raise TypeError(f"register_codec() expected a Codec, got {codec!r}")
-    current_registry()._register_single(_Single(codec=codec), "register_codec")
+    current_registry()._register_single(codec, "register_codec")
     return codec
 
 
@@ -391,5 +562,5 @@ def register_format(fmt: Format) -> Format:
     """
     if not isinstance(fmt, Format):
         raise TypeError(f"register_format() expected a Format instance, got {fmt!r}")
-    current_registry()._register_single(_Single(fmt=fmt), "register_format")
+    current_registry()._register_single(fmt, "register_format")
     return fmt

@@ -8,7 +8,11 @@ A plugin is a module or object with functions marked by
     datetime = "jaxstruct_plugin_datetime"
 
 The hooks run once, the first time a format or codec is needed, and every name
-they return must be unique across all plugins.
+they return must be unique across all plugins. A hook that raises, or returns
+anything but instances, fails its plugin alone (with a warning naming it and
+its distribution); a name two plugins return is unusable until one is removed.
+This is version 1 of the interface (:data:`jaxstruct.io.PLUGIN_API_VERSION`);
+a plugin module may declare ``JAXSTRUCT_IO_PLUGIN_API = 1``.
 """
 
 from __future__ import annotations

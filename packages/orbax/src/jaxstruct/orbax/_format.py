@@ -352,7 +352,12 @@ class OrbaxFormat(Format):
         return _OrbaxRemote()
 
     def sniff(self, path: Any) -> bool:
-        """A directory holding orbax's step metadata and jaxstruct's manifest item."""
+        """A directory holding orbax's step metadata and jaxstruct's manifest item.
+
+        URLs orbax cannot store to (``s3://``) are never orbax checkpoints.
+        """
+        if isinstance(path, str) and path.partition("://")[0].lower() != "gs":
+            return False
         p = _epath(path)
         try:
             return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (

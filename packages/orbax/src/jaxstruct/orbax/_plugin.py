@@ -8,7 +8,10 @@ from jaxstruct.io import Format, hookimpl
 
 from ._format import OrbaxFormat
 
-__all__ = ["jaxstruct_register_formats"]
+__all__ = ["JAXSTRUCT_IO_PLUGIN_API", "jaxstruct_register_formats"]
+
+#: The jaxstruct.io plugin interface this plugin is written for.
+JAXSTRUCT_IO_PLUGIN_API = 1
 
 
 @hookimpl

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._arrays import arrays
     from ._assertions import FORMATS, assert_pytree_roundtrip, assert_roundtrip
     from ._classes import struct_classes
     from ._compare import first_difference
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "FORMATS": "._assertions",
+    "arrays": "._arrays",
     "assert_pytree_roundtrip": "._assertions",
     "assert_roundtrip": "._assertions",
     "first_difference": "._compare",
@@ -31,6 +33,7 @@ _WHERE = {
 
 __all__ = [
     "FORMATS",
+    "arrays",
     "assert_pytree_roundtrip",
     "assert_roundtrip",
     "first_difference",

@@ -16,14 +16,24 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from ._options import DEFAULT_OPTIONS, DrawOptions
+
 __all__ = [
     "DEFAULT_DTYPES",
     "ArrayRequest",
+    "SizeTable",
     "array_request",
+    "arrays",
     "arrays_for",
+    "bind_sizes",
+    "fixed_dim",
     "floats_of_width",
     "is_array_annotation",
+    "is_key_array",
     "jax_dtypes_ok",
+    "key_impl_of",
+    "key_request",
+    "options_of",
 ]
 
 # Dtypes drawn when an annotation does not pin one. bfloat16 is made by viewing
@@ -59,7 +69,7 @@ class ArrayRequest:
     __slots__ = ("dims", "dtypes", "kind")
 
     def __init__(self, kind: str, dtypes: tuple[str, ...], dims: tuple[Any, ...] | None) -> None:
-        self.kind = kind  # "numpy", "jax" or "any"
+        self.kind = kind  # "numpy", "jax", "any", or "key" (typed PRNG keys; dtypes: (impl,))
         self.dtypes = dtypes
         self.dims = dims  # None: any small shape; else jaxtyping dims
 
@@ -101,6 +111,9 @@ def array_request(annotation: Any) -> ArrayRequest | None:
     base = _jaxtyping_base()
     if base is not None and isinstance(annotation, type) and issubclass(annotation, base):
         dtypes = getattr(annotation, "dtypes", None)
+        impl = _key_impl_named(dtypes)
+        if impl is not None:
+            return ArrayRequest("key", (impl,), annotation.dims)
         if not isinstance(dtypes, tuple | list):
             wanted: tuple[str, ...] = DEFAULT_DTYPES  # jaxtyping's "any dtype" (Shaped)
         else:
@@ -109,6 +122,58 @@ def array_request(annotation: Any) -> ArrayRequest | None:
             _kind_of(getattr(annotation, "array_type", None)), wanted, annotation.dims
         )
     return None
+
+
+def _key_impl_named(dtypes: Any) -> str | None:
+    """For a typed-key annotation (jaxtyping ``Key``): the implementation it names, or ``""``.
+
+    jaxtyping's ``Key`` lists the dtype ``"prng_key"`` (any implementation); a
+    dtype string such as ``"key<rbg>"`` names one (``""`` means JAX's default).
+    """
+    if not isinstance(dtypes, tuple | list):
+        return None
+    for name in dtypes:
+        if name == "prng_key":
+            return ""
+        if isinstance(name, str) and name.startswith("key<") and name.endswith(">"):
+            return {"fry": "threefry2x32"}.get(name[4:-1], name[4:-1])
+    return None
+
+
+def is_key_array(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of typed PRNG keys (``jax.random.key``)."""
+    if "jax" not in sys.modules or isinstance(value, np.ndarray | np.generic):
+        return False
+    import jax
+
+    return isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
+def key_impl_of(key: Any) -> Any:
+    """A typed key array's implementation, as ``jax.random.key(..., impl=)`` takes it."""
+    import jax
+
+    return jax.random.key_impl(key)
+
+
+class _Fixed:
+    """A fixed size in the form jaxtyping's dims take (read by :func:`_shape`)."""
+
+    __slots__ = ("broadcastable", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.broadcastable = False
+
+
+def fixed_dim(size: int) -> Any:
+    """A dimension of exactly ``size`` for an :class:`ArrayRequest`'s ``dims``."""
+    return _Fixed(size)
+
+
+def key_request(impl: Any = "", dims: tuple[Any, ...] | None = ()) -> ArrayRequest:
+    """A request for typed PRNG keys of implementation ``impl`` (``""``: JAX's default)."""
+    return ArrayRequest("key", (impl,), dims)
 
 
 _DRAWABLE = frozenset(
@@ -131,26 +196,40 @@ def _drawable(name: str) -> bool:
     return name in _DRAWABLE
 
 
+class SizeTable(dict[str, Any]):
+    """The named sizes of one drawn instance (name -> size), with the draw's options."""
+
+    def __init__(self, options: DrawOptions = DEFAULT_OPTIONS) -> None:
+        super().__init__()
+        self.options = options
+
+
+def options_of(sizes: dict[str, Any]) -> DrawOptions:
+    """The options a size table carries (the defaults for a plain dict)."""
+    return getattr(sizes, "options", DEFAULT_OPTIONS)
+
+
 def _shape(
     dims: tuple[Any, ...] | None, sizes: dict[str, Any], draw: Callable[..., Any]
 ) -> tuple[int, ...]:
-    side = st.integers(0, 3)
+    options = options_of(sizes)
+    side = options.size(None)
     if dims is None:
-        return draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3))
+        return tuple(draw(st.lists(side, max_size=3)))
     shape: list[int] = []
     for dim in dims:
         kind = type(dim).__name__
         name: Any = getattr(dim, "name", None)
-        if kind == "_FixedDim":
+        if kind in ("_FixedDim", "_Fixed"):
             size = dim.size
             shape.append(1 if dim.broadcastable and draw(st.booleans()) else size)
         elif kind == "_NamedDim":
             if name not in sizes:
-                sizes[name] = draw(side)
+                sizes[name] = draw(options.size(name))
             shape.append(1 if dim.broadcastable and draw(st.booleans()) else sizes[name])
         elif kind in ("_NamedVariadicDim",):
             if name not in sizes:
-                sizes[name] = tuple(draw(st.lists(side, max_size=2)))
+                sizes[name] = tuple(draw(st.lists(options.size(name), max_size=2)))
             shape.extend(sizes[name])
         elif kind == "_AnonymousVariadicDim":
             shape.extend(draw(st.lists(side, max_size=2)))
@@ -158,6 +237,40 @@ def _shape(
             # "_" (any size) and symbolic sizes ("n+1"): one free size.
             shape.append(draw(side))
     return tuple(shape)
+
+
+_VARIADIC = ("_NamedVariadicDim", "_AnonymousVariadicDim")
+
+
+def bind_sizes(dims: tuple[Any, ...] | None, shape: tuple[int, ...], sizes: dict[str, Any]) -> None:
+    """Record in ``sizes`` the named sizes a given array's ``shape`` shows for ``dims``.
+
+    Names already bound are left alone (the class's own checks judge a
+    mismatch); variadic dims take what the fixed ones leave.
+    """
+    if dims is None:
+        return
+    kinds = [type(d).__name__ for d in dims]
+    variadic = [
+        i for i, k in enumerate(kinds) if k in ("_NamedVariadicDim", "_AnonymousVariadicDim")
+    ]
+    if len(variadic) > 1 or (not variadic and len(dims) != len(shape)):
+        return
+    if variadic and len(shape) < len(dims) - 1:
+        return
+    split = variadic[0] if variadic else len(dims)
+    tail = len(dims) - split - 1
+    pairs = list(zip(dims[:split], shape[:split], strict=True))
+    if variadic:
+        pairs += list(zip(dims[split + 1 :], shape[len(shape) - tail :], strict=True))
+        name: Any = getattr(dims[split], "name", None)
+        if kinds[split] == "_NamedVariadicDim" and name not in sizes:
+            sizes[name] = tuple(shape[split : len(shape) - tail])
+    for dim, size in pairs:
+        name = getattr(dim, "name", None)  # a str whenever the dim is named
+        named = type(dim).__name__ == "_NamedDim" and name not in sizes
+        if named and not (dim.broadcastable and size == 1):
+            sizes[name] = size
 
 
 def floats_of_width(width: int, *, allow_nan: bool = True) -> st.SearchStrategy[float]:
@@ -194,7 +307,7 @@ def _elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
 def _draw_array(
     draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, Any], kind: str
 ) -> Any:
-    choices = request.dtypes
+    choices = options_of(sizes).pick_dtypes(request.dtypes)
     if kind == "jax":
         choices = tuple(d for d in choices if jax_dtypes_ok(d)) or ("float32",)
     name = draw(st.sampled_from(choices or ("float32",)))
@@ -214,10 +327,65 @@ def _draw_array(
     return value
 
 
+@st.composite
+def _draw_key(draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, Any]) -> Any:
+    """Typed PRNG keys: ``jax.random.key(seed)``, or key data wrapped for a batch of keys."""
+    import jax
+
+    impl = request.dtypes[0] or None
+    shape = _shape(request.dims, sizes, draw)
+    if shape == ():
+        return jax.random.key(draw(st.integers(0, 2**32 - 1)), impl=impl)
+    data_shape = jax.random.key_data(jax.random.key(0, impl=impl)).shape
+    data = draw(hnp.arrays(np.uint32, shape + data_shape))
+    return jax.random.wrap_key_data(data, impl=impl)
+
+
 def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Return a strategy of arrays satisfying ``request``; ``sizes`` shares named dims."""
+    if request.kind == "key":
+        return _draw_key(request, sizes)
     if request.kind == "any":
         return st.sampled_from(("numpy", "jax")).flatmap(
             lambda kind: _draw_array(request, sizes, kind)
         )
     return _draw_array(request, sizes, request.kind)
+
+
+def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.SearchStrategy[Any]:
+    """Return a strategy of arrays matching an array annotation, as ``structs()`` draws them.
+
+    Args:
+        annotation: ``np.ndarray``, ``jax.Array`` or a jaxtyping annotation such as
+            ``Float[Array, "n 3"]`` (array type, dtype family and shape) or
+            ``Key[Array, ""]`` (typed PRNG keys).
+        sizes: the named and free sizes: an int, a few ints (``(2, 5)``), a
+            ``range``, a strategy of ints, or a mapping from size names to those.
+            By default 0 to 3, rarely 0.
+        dtypes: the dtypes to draw, among those the annotation allows.
+
+    Returns:
+        A strategy of arrays; the named sizes of one array agree with each other.
+
+    Raises:
+        TypeError: ``annotation`` is not an array annotation, or an option has the
+            wrong type.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> from jaxtyping import Array, Float
+        >>> from jaxstruct.testing import arrays
+        >>> @settings(max_examples=5)
+        ... @given(arrays(Float[Array, "n 3"], sizes=2, dtypes=["float32"]))
+        ... def test(x):
+        ...     assert x.shape == (2, 3) and x.dtype == "float32"
+        >>> test()
+    """
+    request = array_request(annotation)
+    if request is None:
+        raise TypeError(
+            f"arrays() expected an array annotation (np.ndarray, jax.Array or a jaxtyping type "
+            f"such as Float[Array, 'n 3']), got {annotation!r}"
+        )
+    options = DrawOptions(sizes, dtypes)
+    return st.builds(SizeTable, st.just(options)).flatmap(lambda table: arrays_for(request, table))

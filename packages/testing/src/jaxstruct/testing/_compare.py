@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jaxstruct.core as js
 import numpy as np
+from jaxstruct.core import FieldSpec
 
-__all__ = ["first_difference"]
+from ._arrays import is_key_array
+
+__all__ = ["difference", "every_field", "first_difference", "serialized"]
 
 
 def _is_array(value: Any) -> bool:
@@ -21,7 +24,23 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, jax.Array)
 
 
+def _key_difference(a: Any, b: Any, path: str) -> str | None:
+    """Typed PRNG keys: NumPy cannot hold them, so compare implementation and key data."""
+    import jax
+
+    if not (is_key_array(a) and is_key_array(b)):
+        return f"{path}: dtype {a.dtype} != {b.dtype}"
+    if a.dtype != b.dtype:  # a key dtype names its implementation (key<fry>, key<rbg>)
+        return f"{path}: PRNG key implementation {a.dtype} != {b.dtype}"
+    if a.shape != b.shape:
+        return f"{path}: shape {a.shape} != {b.shape}"
+    found = _array_difference(jax.random.key_data(a), jax.random.key_data(b), path)
+    return None if found is None else found.replace(f"{path}:", f"{path} (key data):", 1)
+
+
 def _array_difference(a: Any, b: Any, path: str) -> str | None:
+    if is_key_array(a) or is_key_array(b):
+        return _key_difference(a, b, path)
     x, y = np.asarray(a), np.asarray(b)
     if x.dtype != y.dtype:
         return f"{path}: dtype {x.dtype} != {y.dtype}"
@@ -54,8 +73,21 @@ def first_difference(
 
     Types must match exactly (a NumPy array is not a JAX array), arrays must
     agree in dtype, shape and bits, floats bit for bit (so ``-0.0 != 0.0`` and
-    ``nan == nan``). Structs are compared field by field; with
-    ``serialized_only`` fields that are not serialised are skipped.
+    ``nan == nan``); typed PRNG keys (``jax.random.key``) in implementation,
+    shape and key data. Structs are compared field by field, every field
+    (``compare=False`` and opaque ones included).
+
+    Args:
+        expected: the original value.
+        actual: the value to compare with it.
+        path: how to name ``expected`` in the description.
+        serialized_only: skip the fields exports do not store (opaque fields by
+            default, any field declared ``serialize=False``); derived fields
+            are still compared, since loading recomputes them. This is what
+            ``assert_roundtrip`` compares.
+
+    Returns:
+        ``None`` when the values agree, else ``"<path>: <what differs>"``.
 
     Example:
         >>> import numpy as np
@@ -66,6 +98,23 @@ def first_difference(
         >>> print(first_difference({"w": 0.0}, {"w": -0.0}))
         x['w']: 0.0 != -0.0
     """
+    return difference(expected, actual, path, serialized if serialized_only else every_field)
+
+
+def every_field(spec: FieldSpec) -> bool:
+    """Compare every field."""
+    return True
+
+
+def serialized(spec: FieldSpec) -> bool:
+    """Compare the fields an export stores, and derived ones (recomputed on load)."""
+    return spec.should_serialize or spec.is_derived
+
+
+def difference(
+    expected: Any, actual: Any, path: str, keep: Callable[[FieldSpec], bool]
+) -> str | None:
+    """:func:`first_difference`, comparing the struct fields ``keep`` accepts."""
     if expected is actual:
         return None
     if type(expected) is not type(actual):
@@ -77,13 +126,13 @@ def first_difference(
         return _array_difference(expected, actual, path)
     if js.is_struct(expected):
         for name, spec in js.fields(expected).items():
-            if serialized_only and not (spec.should_serialize or spec.is_derived):
+            if not keep(spec):
                 continue
-            found = first_difference(
+            found = difference(
                 getattr(expected, name, js.MISSING),
                 getattr(actual, name, js.MISSING),
                 f"{path}.{name}",
-                serialized_only=serialized_only,
+                keep,
             )
             if found:
                 return found
@@ -98,7 +147,7 @@ def first_difference(
         if len(expected) != len(actual):
             return f"{path}: length {len(expected)} != {len(actual)}"
         for i, (a, b) in enumerate(zip(expected, actual, strict=True)):
-            found = first_difference(a, b, f"{path}[{i}]", serialized_only=serialized_only)
+            found = difference(a, b, f"{path}[{i}]", keep)
             if found:
                 return found
         return None
@@ -109,9 +158,7 @@ def first_difference(
         if missing or extra:
             return f"{path}: keys differ, missing {missing!r}, unexpected {extra!r}"
         for key in expected:
-            found = first_difference(
-                expected[key], actual[key], f"{path}[{key!r}]", serialized_only=serialized_only
-            )
+            found = difference(expected[key], actual[key], f"{path}[{key!r}]", keep)
             if found:
                 return found
         return None

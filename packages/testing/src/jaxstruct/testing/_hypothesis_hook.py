@@ -17,10 +17,11 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import inspect
 import sys
 import types
 from typing import Any
+
+from ._abstract import is_abstract_class
 
 __all__ = ["register_existing", "register_struct", "setup_hypothesis"]
 
@@ -29,7 +30,7 @@ _CORE = "jaxstruct.core"
 
 def register_struct(cls: type) -> None:
     """Register ``cls`` with Hypothesis's ``from_type`` (not abstract or generated classes)."""
-    if inspect.isabstract(cls) or cls.__dict__.get("__jaxstruct_generated__", False):
+    if is_abstract_class(cls) or cls.__dict__.get("__jaxstruct_generated__", False):
         return
     if "__struct_layout__" not in cls.__dict__:
         return
@@ -41,9 +42,9 @@ def register_struct(cls: type) -> None:
 def _resolve(cls: type) -> Any:
     # Imported on use: this hook may run while ._strategies is itself being
     # imported (it imports hypothesis, whose import runs this entry point).
-    from ._strategies import structs
+    from ._strategies import nested_structs
 
-    return structs(cls)
+    return nested_structs(cls)
 
 
 def register_existing() -> None:

@@ -6,31 +6,59 @@ an environment where ``jaxstruct-testing`` is installed.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["assert_pytree_roundtrip", "assert_roundtrip"]
+__all__ = ["assert_pytree_roundtrip", "assert_roundtrip", "pytest_runtest_call"]
+
+_GAVE_UP = ("FailedHealthCheck", "Unsatisfiable")
 
 
-@pytest.fixture(name="assert_roundtrip")
-def assert_roundtrip(tmp_path: Path) -> Callable[..., None]:
-    """Fixture: ``assert_roundtrip(x, formats=...)`` writing its checkpoints under ``tmp_path``."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Add to a health-check or ``Unsatisfiable`` failure which classes refused draws, and why."""
+    from ._refusals import health_note, reset_refusals
+
+    reset_refusals()
+    try:
+        return (yield)
+    except BaseException as err:
+        if type(err).__name__ in _GAVE_UP and type(err).__module__ == "hypothesis.errors":
+            note = health_note()
+            if note is not None:
+                err.add_note(note)
+        raise
+    finally:
+        reset_refusals()
+
+
+# Both fixtures are session-scoped: they hold no per-test state, so a test
+# under @given may use them without Hypothesis' function_scoped_fixture health
+# check (which warns that function-scoped fixtures are not reset per example).
+@pytest.fixture(name="assert_roundtrip", scope="session")
+def assert_roundtrip(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., None]:
+    """Fixture: ``assert_roundtrip(x, formats=...)``, each call in a fresh temporary directory.
+
+    The directory is removed when the check passes and kept (under pytest's
+    base temporary directory) when it fails, to look at the checkpoint.
+    """
     from ._assertions import assert_roundtrip as check
 
-    counter = iter(range(1 << 62))
-
     def run(x: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("tmp_path", tmp_path / f"roundtrip-{next(counter)}")
-        Path(kwargs["tmp_path"]).mkdir(parents=True, exist_ok=True)
-        check(x, **kwargs)
+        if "tmp_path" in kwargs:
+            check(x, **kwargs)
+            return
+        where = tmp_path_factory.mktemp("roundtrip")
+        check(x, tmp_path=where, **kwargs)
+        shutil.rmtree(where, ignore_errors=True)
 
     return run
 
 
-@pytest.fixture(name="assert_pytree_roundtrip")
+@pytest.fixture(name="assert_pytree_roundtrip", scope="session")
 def assert_pytree_roundtrip() -> Callable[[Any], None]:
     """Fixture: :func:`jaxstruct.testing.assert_pytree_roundtrip`."""
     from ._assertions import assert_pytree_roundtrip as check

@@ -1,5 +1,6 @@
 """``structs(cls)``: valid instances of any struct class, drawn from its field annotations."""
 
+import contextvars
 import enum
 import inspect
 import sys
@@ -9,15 +10,33 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jaxstruct.core as js
-from hypothesis import event, reject
+from hypothesis import event, note, reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.reporting import debug_report
 from jaxstruct.core import FieldKind, FieldSpec
 
-from ._arrays import DEFAULT_DTYPES, ArrayRequest, array_request, arrays_for, floats_of_width
+from ._abstract import is_abstract_class
+from ._arrays import (
+    DEFAULT_DTYPES,
+    ArrayRequest,
+    SizeTable,
+    array_request,
+    arrays_for,
+    bind_sizes,
+    fixed_dim,
+    floats_of_width,
+    is_key_array,
+    key_impl_of,
+    key_request,
+)
 from ._constraints import annotated_bounds, converter_input, narrowed
+from ._options import DrawOptions
+from ._plan import Plan, split_sizes
+from ._refusals import describe_refusal, record_refusal
+from ._shown import Shown
 
-__all__ = ["hashable_values", "structs", "value_strategy"]
+__all__ = ["hashable_values", "nested_structs", "structs", "value_strategy"]
 
 _SCALARS: dict[Any, Callable[[], st.SearchStrategy[Any]]] = {
     int: lambda: st.integers(-(2**31), 2**31 - 1),
@@ -110,9 +129,9 @@ def value_strategy(
         return _SCALARS[annotation]()
     if isinstance(annotation, type):
         if js.is_struct(annotation) or (
-            issubclass(annotation, js.Struct) and inspect.isabstract(annotation)
+            issubclass(annotation, js.Struct) and is_abstract_class(annotation)
         ):
-            return st.deferred(lambda: structs(annotation))
+            return st.deferred(lambda: _nested(annotation))
         if issubclass(annotation, enum.Enum):
             return st.sampled_from(list(annotation))
     origin = typing.get_origin(annotation)
@@ -125,6 +144,10 @@ def value_strategy(
     if origin is typing.Literal:
         return st.sampled_from(args)
     if origin is typing.Union or origin is types.UnionType:
+        # jaxtyping's PRNGKeyArray also admits raw uint32 key data: draw typed keys.
+        keys = [r for r in map(array_request, args) if r is not None and r.kind == "key"]
+        if keys:
+            return arrays_for(keys[0], sizes)
         parts = [value_strategy(a, kind=kind, sizes=sizes, real=real) for a in args]
         if any(p is None for p in parts):
             return None
@@ -226,7 +249,7 @@ def _concrete_subclasses(cls: type) -> list[type]:
         klass = stack.pop()
         for sub in type.__subclasses__(klass):
             stack.append(sub)
-            if js.is_struct(sub) and not inspect.isabstract(sub) and sub not in found:
+            if js.is_struct(sub) and not is_abstract_class(sub) and sub not in found:
                 found.append(sub)
     return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
 
@@ -236,6 +259,10 @@ def _field_strategy(
 ) -> st.SearchStrategy[Any]:
     converted = spec.converter is not None
     found = None
+    if is_key_array(spec.default):
+        # A typed-key default names the implementation and shape to draw.
+        impl = key_impl_of(spec.default)
+        return arrays_for(key_request(impl, tuple(fixed_dim(n) for n in spec.default.shape)), sizes)
     accepts = converter_input(spec)
     if accepts is not None:
         # Draw what the converter takes, not what it returns.
@@ -255,31 +282,52 @@ def _field_strategy(
     return narrowed(spec, found, accepts, hashable=static and converted)
 
 
-def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+def structs(
+    cls: type[Any], /, *, sizes: Any = None, dtypes: Any = None, **overrides: Any
+) -> st.SearchStrategy[Any]:
     """Return a strategy of valid instances of the struct class ``cls``.
 
     Field values come from the annotations: arrays (NumPy or JAX, dtypes and
-    shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations), nested
-    structs, containers, scalars, enums and literals; static fields only get
-    hashable values; fields with a default sometimes keep it. Values are
-    made valid field by field where the declaration allows: bounds in
-    ``Annotated`` metadata, comparisons in one-argument validators (read by
-    Hypothesis' filter rewriting), a converter's annotated input type, and no
-    complex arrays for converters. Construction then runs converters and
-    validators as usual; a draw still refused (by a validator that takes the
-    instance, ``__post_init__`` or a check) is discarded, never raised. An
-    abstract class draws from its concrete subclasses.
+    shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations, typed
+    PRNG keys for ``Key[Array, ...]``), nested structs (through
+    ``st.from_type``, so registered strategies are used), containers, scalars,
+    enums and literals; static fields only get hashable values; fields with a
+    default sometimes keep it. Values are made valid field by field where the
+    declaration allows: bounds in ``Annotated`` metadata, comparisons in
+    one-argument validators (read by Hypothesis' filter rewriting), a
+    converter's annotated input type, and no complex arrays for converters.
+    Construction then runs converters and validators as usual. A draw the
+    class refuses on purpose (a ``ValidationError``, or a ``ValueError`` or
+    ``AssertionError`` raised by a validator or ``__check_init__``) is
+    discarded; any other exception fails the test. An abstract class (abstract
+    methods or vars, or ``abstract=True``) draws from its concrete subclasses.
 
     Args:
         cls: the struct class.
-        **overrides: a strategy per field name, used instead of the inferred one.
+        sizes: how jaxtyping named sizes (and free dimensions) are drawn: an
+            int, a few ints (``(2, 5)``: few shapes, so ``jit`` compiles reused),
+            a ``range``, a strategy of ints, or a mapping from size names to
+            those. A mapping value that is a string binds the size to an int
+            field (``{"chains": "n_chains"}``): the field is drawn first and
+            every ``chains`` dimension takes its value. Nested structs inherit it.
+            (So a field named ``sizes`` or ``dtypes`` takes no override by keyword.)
+        dtypes: the dtypes to draw (names or NumPy dtypes), among those each
+            annotation allows. Nested structs inherit it.
+        **overrides: per field name, a strategy used instead of the inferred
+            one, or a function whose parameters name other fields, returning
+            the strategy given the values drawn for them
+            (``w=lambda n_sites: arrays(..., sizes=n_sites)``). The named sizes an
+            override's arrays show bind the other fields.
 
     Returns:
         A Hypothesis strategy of ``cls`` instances.
 
     Raises:
-        TypeError: ``cls`` is not a struct class, an override is not a strategy,
-            or an override names no constructor field.
+        TypeError: ``cls`` is not a struct class; an override is neither a
+            strategy nor a function of other fields (or they depend on each
+            other in a cycle); an override or a size binding names no
+            constructor field (of any concrete subclass, for an abstract
+            ``cls``); or a static field's annotation admits no hashable value.
 
     Example:
         >>> import numpy as np
@@ -295,63 +343,206 @@ def structs(cls: type[Any], /, **overrides: st.SearchStrategy[Any]) -> st.Search
         ...     assert isinstance(p.xy, np.ndarray) and p.label in ("a", "b", "p")
         >>> test()
     """
+    return _structs(cls, sizes, dtypes, overrides, strict=True)
+
+
+def _structs(
+    cls: type[Any], sizes: Any, dtypes: Any, overrides: Mapping[str, Any], *, strict: bool
+) -> st.SearchStrategy[Any]:
     if not (isinstance(cls, type) and issubclass(cls, js.Struct) and cls is not js.Struct):
         raise TypeError(f"structs() expected a Struct subclass, got {cls!r}")
-    for name, value in overrides.items():
-        if not isinstance(value, st.SearchStrategy):
-            raise TypeError(
-                f"structs({cls.__qualname__}, {name}=...): expected a strategy, got "
-                f"{type(value).__name__} {value!r}; wrap a constant as st.just({value!r})"
-            )
-    if inspect.isabstract(cls):
+    size_option, bindings = split_sizes(sizes)
+    options = DrawOptions(size_option, dtypes)
+    if is_abstract_class(cls):
         subs = _concrete_subclasses(cls)
         if not subs:
             raise TypeError(
                 f"structs(): {cls.__qualname__} is abstract and has no concrete subclass yet; "
                 "define one, or pass a concrete class"
             )
-        return st.one_of(*(structs(sub, **_known(sub, overrides)) for sub in subs))
-    fields = js.fields(cls)
-    settable = {name: spec for name, spec in fields.items() if spec.init and spec.derived is None}
+        known = {sub: _settable(sub) for sub in subs}
+        anywhere = set().union(*known.values())
+        unknown = [name for name in overrides if name not in anywhere]
+        unknown += [f for f in bindings.values() if f not in anywhere and strict]
+        if unknown:
+            raise TypeError(
+                f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field "
+                f"the constructor of any concrete subclass takes; overridable fields are "
+                f"{sorted(anywhere)}"
+            )
+        return st.one_of(
+            *(
+                _structs(
+                    sub,
+                    sizes,
+                    dtypes,
+                    {k: v for k, v in overrides.items() if k in known[sub]},
+                    strict=False,
+                )
+                for sub in subs
+            )
+        )
+    settable = _settable(cls)
     unknown = [name for name in overrides if name not in settable]
     if unknown:
         raise TypeError(
             f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field the "
             f"constructor takes; overridable fields are {sorted(settable)}"
         )
-    return _draw_instance(cls, settable, overrides)
+    plan = Plan(cls, settable, overrides, bindings, strict=strict)
+    hints = _hints(cls)
+    for name, spec in settable.items():
+        if name not in overrides:
+            _check_hashable_possible(cls, spec, hints.get(name, spec.type))
+    plan.extra = (options, _Nesting(sizes, dtypes))
+    return instances(plan)
 
 
-def _known(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    names = js.fields(cls)
-    return {k: v for k, v in overrides.items() if k in names}
+def _settable(cls: type) -> dict[str, FieldSpec]:
+    """The fields the constructor of ``cls`` takes (not derived), by name."""
+    return {n: f for n, f in js.fields(cls).items() if f.init and f.derived is None}
+
+
+def _never_hashable(annotation: Any) -> bool:
+    """Whether no value of ``annotation`` is hashable (lists, dicts, sets, arrays)."""
+    origin = typing.get_origin(annotation) or annotation
+    if origin is typing.Annotated:
+        return _never_hashable(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_never_hashable(a) for a in typing.get_args(annotation))
+    return origin in (list, dict, set) or array_request(annotation) is not None
+
+
+def _check_hashable_possible(cls: type, spec: FieldSpec, annotation: Any) -> None:
+    if spec.kind is not FieldKind.STATIC or spec.converter is not None:
+        return
+    if _never_hashable(annotation):
+        raise TypeError(
+            f"structs({cls.__qualname__}): static field {spec.name!r} is annotated "
+            f"{_type_name(annotation)}, whose values are never hashable, so no instance can be "
+            "drawn (static fields are hashed into the tree structure). Annotate it with a "
+            "hashable type (tuple[int, ...] instead of list[int], frozenset instead of set), "
+            f"give it a converter (converter=tuple), or pass structs(..., {spec.name}=...)"
+        )
+
+
+def _type_name(annotation: Any) -> str:
+    return annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
+
+
+def _nested(cls: type) -> st.SearchStrategy[Any]:
+    """A nested struct field's values: through ``st.from_type``, so registrations count.
+
+    Classes made by ``struct_classes()`` are not registered with Hypothesis.
+    """
+    if cls.__dict__.get("__jaxstruct_generated__", False):
+        return nested_structs(cls)
+    return st.from_type(cls)
+
+
+class _Nesting:
+    """The options nested struct fields inherit, with their strategies cached per class."""
+
+    __slots__ = ("cache", "dtypes", "sizes")
+
+    def __init__(self, sizes: Any, dtypes: Any) -> None:
+        self.sizes = sizes
+        self.dtypes = dtypes
+        self.cache: dict[type, st.SearchStrategy[Any]] = {}
+
+    def structs(self, cls: type) -> st.SearchStrategy[Any]:
+        found = self.cache.get(cls)
+        if found is None:
+            found = _structs(cls, self.sizes, self.dtypes, {}, strict=False)
+            # Generated classes come and go by the thousand: never kept alive here.
+            if not cls.__dict__.get("__jaxstruct_generated__", False):
+                self.cache[cls] = found
+        return found
+
+
+#: The options of the instance being drawn, for nested fields resolved through st.from_type.
+_NESTING: contextvars.ContextVar[_Nesting | None] = contextvars.ContextVar(
+    "jaxstruct_testing_nesting", default=None
+)
+_PLAIN = _Nesting(None, None)
 
 
 @st.composite
-def _draw_instance(
-    draw: Callable[..., Any],
-    cls: type,
-    settable: dict[str, FieldSpec],
-    overrides: Mapping[str, st.SearchStrategy[Any]],
-) -> Any:
+def nested_structs(draw: Callable[..., Any], cls: type) -> Any:
+    """Instances of ``cls`` drawn with the options of the enclosing ``structs()`` draw, if any.
+
+    What ``st.from_type(cls)`` resolves to, so a nested field drawn through
+    ``st.from_type`` keeps the ``sizes=`` and ``dtypes=`` of its parent.
+    """
+    return draw((_NESTING.get() or _PLAIN).structs(cls))
+
+
+def _array_dims(annotation: Any) -> tuple[Any, ...] | None:
+    request = array_request(annotation)
+    return None if request is None else request.dims
+
+
+def _dependency_value(values: Mapping[str, Any], spec: FieldSpec) -> Any:
+    if spec.name in values:
+        return values[spec.name]
+    return spec.make_default()  # the field keeps its default
+
+
+@st.composite
+def instances(draw: Callable[..., Any], plan: Plan) -> Any:
+    """Draw one instance as ``plan`` says (what ``structs()`` returns)."""
+    options, nesting = plan.extra
+    cls = plan.cls
     hints = _hints(cls)
-    sizes: dict[str, Any] = {}
+    sizes = SizeTable(options)
     values: dict[str, Any] = {}
-    for name, spec in settable.items():
-        if name in overrides:
-            values[name] = draw(overrides[name])
-            continue
-        if spec.has_default and draw(st.booleans()):
-            continue
-        values[name] = draw(_field_strategy(cls, spec, hints.get(name, spec.type), sizes))
+    top = _NESTING.get() is None
+    token = _NESTING.set(nesting)
+    try:
+        for name in plan.order:
+            spec = plan.settable[name]
+            annotation = hints.get(name, spec.type)
+            override = plan.overrides.get(name)
+            if override is not None:
+                if name in plan.depends:
+                    args = {
+                        p: _dependency_value(values, plan.settable[p]) for p in plan.depends[name]
+                    }
+                    override = override(**args)
+                    if not isinstance(override, st.SearchStrategy):
+                        raise TypeError(
+                            f"structs({cls.__qualname__}, {name}=...): the override returned "
+                            f"{type(override).__name__} {override!r}, expected a strategy"
+                        )
+                value = values[name] = draw(override)
+            elif name in plan.bound:
+                value = values[name] = draw(narrowed(spec, options.size(plan.bound[name]), int))
+            elif spec.has_default and draw(st.booleans()):
+                continue
+            else:
+                values[name] = draw(_field_strategy(cls, spec, annotation, sizes))
+                continue
+            # A value given by the user (or bound to a size) binds the sizes it shows.
+            if name in plan.bound and isinstance(value, int):
+                sizes.setdefault(plan.bound[name], value)
+            shape = getattr(value, "shape", None)
+            if isinstance(shape, tuple):
+                bind_sizes(_array_dims(annotation), shape, sizes)
+    finally:
+        _NESTING.reset(token)
     layout = cls.__struct_layout__
     try:
-        if layout.user_init:
-            # A hand-written __init__ has its own signature: build from field values.
-            return js.build(cls, values)
-        return cls(**values)
+        # A hand-written __init__ has its own signature: build from field values.
+        instance = js.build(cls, values) if layout.user_init else cls(**values)
     except Exception as err:
-        # Converters and validators decide what is valid; a rejected draw is
-        # discarded, never reported as a failure of the test using the strategy.
-        event(f"jaxstruct: {cls.__qualname__} rejected a draw ({type(err).__name__})")
+        why = describe_refusal(cls, err)
+        if why is None:
+            raise  # a bug of the class under test: the user's own traceback fails the test
+        # The class refused the draw on purpose: discard it, saying who and why.
+        event(f"jaxstruct: {cls.__qualname__} refused a draw: {why}")
+        debug_report(f"jaxstruct: {cls.__qualname__} refused a draw: {why}")
+        record_refusal(cls, why)
         reject()
+    if top:
+        note(Shown(instance))  # the failing example's arrays, by value (nested ones inside)
+    return instance

@@ -1,0 +1,6 @@
+"""Makes the example's modules importable when pytest runs this folder."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,277 @@
+"""Which format a path is: chosen by suffix on export, recognised on load.
+
+On export, ``format=`` names a format, or the path's suffix selects the format
+claiming it (a directory when no format claims it, except for the suffixes of
+well-known single-file formats, which are refused). On load, the format
+claiming the path's suffix reads it if it recognises it (``sniff``); otherwise
+the built-in formats, which recognise their files by content, come first; a
+format never takes a path whose suffix another format claims; several
+candidates are told apart by the format name their manifest records.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from jaxstruct.registry import SerializationError, StructError
+
+from ._builtin import DirectoryFormat, ZipFormat
+from ._formats import Format, OpenedCheckpoint
+from ._limits import Limits
+from ._manifest import parse_manifest
+from ._plugins import BLOCK_ENV, PluginError, current_registry
+
+__all__ = [
+    "BUILTIN_TYPES",
+    "FILE_SUFFIXES",
+    "format_for_export",
+    "format_named",
+    "is_checkpoint",
+    "open_checkpoint",
+    "sniffs",
+    "source_of",
+]
+
+BUILTIN_TYPES = (DirectoryFormat, ZipFormat)
+
+
+def format_named(name: str) -> Format:
+    if not isinstance(name, str):
+        raise TypeError(f"format expected a str (a registered format name), got {name!r}")
+    registry = current_registry()
+    fmt = registry.format_named(name)
+    if fmt is None:
+        hint = (
+            "; install jaxstruct-orbax (pip install jaxstruct-orbax) to get it"
+            if name == "orbax"
+            else ""
+        )
+        more = registry.missing_hint()
+        raise SerializationError(
+            f"format={name!r} is not a registered format (registered: "
+            f"{sorted(registry.formats)}){hint}{'; ' + more if more else ''}"
+        )
+    return fmt
+
+
+#: Suffixes of well-known single-file formats: a path ending in one that no
+#: registered format claims is refused instead of becoming a directory.
+FILE_SUFFIXES = frozenset(
+    {
+        ".bin", ".ckpt", ".gz", ".h5", ".hdf5", ".json", ".msgpack", ".nc", ".npy", ".npz",
+        ".onnx", ".pickle", ".pkl", ".pt", ".pth", ".safetensors", ".tar", ".tgz", ".xz",
+        ".zst",
+    }
+)  # fmt: skip
+
+
+def format_for_export(path: str, name: str | None) -> Format:
+    if name is not None:
+        return format_named(name)
+    registry = current_registry()
+    suffix = Path(path).suffix.lower() if path else ""
+    if suffix:
+        fmt = registry.format_for_suffix(suffix)
+        if fmt is not None:
+            return fmt
+        if suffix in FILE_SUFFIXES:
+            raise SerializationError(
+                f"{path!r}: no registered format claims the suffix {suffix!r} (nothing was "
+                f"written){_suffix_hint(registry)}; install the plugin that provides it, pass "
+                'format= a registered format, or pass format="directory" to write a '
+                "directory checkpoint under this name"
+            )
+    fmt = registry.format_named("directory")
+    assert fmt is not None
+    return fmt
+
+
+def _suffix_hint(registry: Any) -> str:
+    claimed = sorted(registry.suffixes)
+    more = registry.missing_hint()
+    return f" (claimed: {', '.join(claimed)}){'; ' + more if more else ''}"
+
+
+def _candidates(path: Any) -> list[Format]:
+    """The formats whose ``sniff`` recognises ``path``, best first.
+
+    When several do, those claiming the path's suffix win; a format that does
+    not claim it never takes a path whose suffix another format claims (the
+    built-in zip format does not read a zip-based plugin's ``.npz`` file).
+    """
+    where = repr(str(path))
+    registry = current_registry()
+    if isinstance(path, str):  # a URL: only formats that accept remote paths may claim it
+        found = [f for f in registry.formats.values() if f.remote_paths and sniffs(f, path)]
+        if not found:
+            raise SerializationError(
+                f"{where}: no registered format that accepts remote paths recognises this as a "
+                "checkpoint (the built-in formats read local paths only; jaxstruct-orbax reads "
+                "the URLs orbax accepts)"
+            )
+        return found
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(f"{where}: no such checkpoint") from None
+    is_dir = stat.S_ISDIR(mode)
+    if not is_dir and not stat.S_ISREG(mode):
+        raise SerializationError(f"{where}: is not a regular file or directory")
+    suffix = path.suffix.lower()
+    try:
+        owner = registry.format_for_suffix(suffix) if suffix else None
+        owner_error: PluginError | None = None
+    except PluginError as err:
+        owner, owner_error = None, err
+    if owner is not None and owner.is_directory == is_dir and sniffs(owner, path, []):
+        return [owner]
+    claimed = owner is not None or owner_error is not None
+    formats = [f for f in registry.formats.values() if f.is_directory == is_dir]
+    if not claimed:
+        # The built-in formats recognise their files by content (a zip signature,
+        # a manifest.json): one that does wins, whatever a plugin's sniff says.
+        found = [f for f in formats if type(f) in BUILTIN_TYPES and sniffs(f, path)]
+        if found:
+            return found
+    errors: list[str] = []
+    found = [f for f in formats if type(f) not in BUILTIN_TYPES and sniffs(f, path, errors)]
+    if claimed:
+        # The suffix is another format's: only formats claiming it may read the path.
+        found = [f for f in found if suffix in (s.lower() for s in f.suffixes)]
+    if found:
+        return found
+    if owner_error is not None:
+        raise owner_error
+    kind = "directory" if is_dir else "file"
+    hint = ""
+    if owner is not None:
+        hint = (
+            f"; its suffix {suffix!r} is the {owner.name!r} format's, which does not recognise it"
+        )
+    elif suffix and suffix in FILE_SUFFIXES:
+        hint = f"; no registered format claims the suffix {suffix!r}{_suffix_hint(registry)}"
+    else:
+        more = registry.missing_hint()
+        hint = f"; {more}" if more else ""
+    if errors:
+        hint += "; " + "; ".join(errors[:3])
+    raise SerializationError(
+        f"{where}: this {kind} is not a checkpoint of any registered format "
+        f"({sorted(registry.formats)}){hint}"
+    )
+
+
+def sniffs(fmt: Format, path: Any, errors: list[str] | None = None) -> bool:
+    """Whether ``fmt`` recognises ``path``; a plugin's sniff that raises recognises nothing
+    (its error is noted in ``errors`` for the message if no format recognises the path)."""
+    try:
+        return bool(fmt.sniff(path))
+    except OSError:
+        return False
+    except Exception as err:
+        message = (
+            f"the sniff() of format {fmt.name!r} ({source_of(fmt)}) raised "
+            f"{type(err).__name__}: {err}"
+        )
+        if errors is None:
+            raise PluginError(message) from err
+        errors.append(message)
+        return False
+
+
+def _open_checked(
+    fmt: Format, path: Any, limits: Limits
+) -> tuple[OpenedCheckpoint, dict[str, Any]]:
+    where = repr(str(path))
+    try:
+        opened = fmt.open(path, limits)
+    except (OSError, StructError):
+        raise
+    except Exception as err:
+        raise SerializationError(
+            f"{where}: the {fmt.name!r} format ({source_of(fmt)}) failed to open it "
+            f"({type(err).__name__}: {err})"
+        ) from err
+    try:
+        top = parse_manifest(opened.manifest, where)
+        container = top["container"]
+        if container != fmt.name and container not in getattr(fmt, "also_reads", ()):
+            raise _ContainerMismatch(
+                f"{where}: the manifest says container {container!r} but the file is a "
+                f"{fmt.name!r} checkpoint",
+                container,
+            )
+    except BaseException:
+        opened.close()
+        raise
+    return opened, top
+
+
+class _ContainerMismatch(SerializationError):
+    def __init__(self, message: str, container: Any) -> None:
+        super().__init__(message)
+        self.container = container if isinstance(container, str) else ""
+
+
+def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
+    """Detect the format of ``path``, open it and parse its manifest (arrays are not read).
+
+    When several formats recognise the path and none claims its suffix, each
+    opens it in turn and the one whose name the manifest records wins.
+    """
+    found = _candidates(path)
+    if len(found) == 1:
+        fmt = found[0]
+        try:
+            opened, top = _open_checked(fmt, path, limits)
+        except _ContainerMismatch as err:
+            # A file of a format built on a built-in one (a zip-based container
+            # without a claimed suffix): the format its manifest names reads it.
+            other = current_registry().format_named(err.container)
+            if other is None or other is fmt or not sniffs(other, path):
+                raise
+            opened, top = _open_checked(other, path, limits)
+            fmt = other
+        return fmt, opened, top
+    matches: list[tuple[Format, OpenedCheckpoint, dict[str, Any]]] = []
+    for fmt in found:
+        try:
+            opened, top = _open_checked(fmt, path, limits)
+        except Exception:
+            continue
+        if top["container"] == fmt.name:
+            matches.append((fmt, opened, top))
+        else:
+            opened.close()
+    if len(matches) == 1:
+        return matches[0]
+    for _, opened, _ in matches:
+        opened.close()
+    registry = current_registry()
+    names = ", ".join(f"{f.name!r} ({registry.source_of('format', f.name)})" for f in found)
+    raise PluginError(
+        f"{str(path)!r}: several formats recognise this path and none claims its suffix: "
+        f"{names}; one of them recognises files that are not its own: block its plugin with "
+        f"{BLOCK_ENV}=<name>, or report it to its authors"
+    )
+
+
+def is_checkpoint(path: Path, fmt: Format) -> bool:
+    """Return whether ``path`` is a readable jaxstruct checkpoint of format ``fmt``."""
+    try:
+        found, opened, _ = open_checkpoint(path, Limits())
+    except (SerializationError, OSError):
+        return False
+    opened.close()
+    return found.name == fmt.name
+
+
+def source_of(fmt: Format) -> str:
+    """The distribution (or description) that registered ``fmt``, for messages."""
+    try:
+        return current_registry().describe_source("format", fmt.name)
+    except (KeyError, PluginError):
+        return type(fmt).__module__
