@@ -105,3 +105,19 @@ def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
     assert all(c[-1] in ("met", "**missed**") for c in cells), rows
     assert cells[1][3].startswith("+") and cells[1][3].endswith("GiB")  # our peak, from VmHWM
     assert cells[3][1].startswith("+") and cells[3][1].endswith("x data")
+
+
+def test_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
+    """bench_mesh_restore.py compares load(mesh=) with a hand-built target: time and peak."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_mesh_restore.py"), "--gib=0.01", "--rounds=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=BENCH,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
+    assert [c[0] for c in cells] == ["time", "peak RSS growth"], rows
+    assert all(c[-1] in ("met", "**missed**") for c in cells), rows

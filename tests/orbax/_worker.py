@@ -259,6 +259,111 @@ def task_kill_mid_save(directory: str) -> None:
     time.sleep(TIMEOUT_S)  # process 0 is stuck at orbax's barrier; the test kills it
 
 
+def task_straggler(directory: str) -> None:
+    """One process never comes (JAXSTRUCT_SYNC_TIMEOUT_S=3): the other's wait ends, naming it."""
+    import jaxstruct.io as jio
+    from jax._src import distributed
+    from jax.sharding import PartitionSpec as P
+    from jaxstruct.registry import SerializationError
+
+    client = distributed.global_state.client
+    value = {"a": _global((16, 8), P("x"))}
+    saved = os.path.join(directory, "ck")
+    jio.export(value, saved, format="orbax")
+    start = time.monotonic()
+    if jax.process_index() == 0:
+        late = os.path.join(directory, "late")
+        calls = [
+            (lambda: jio.export(value, late, format="orbax"), "export-start", late),
+            (lambda: jio.load(saved), "load-start", saved),
+        ]
+        for call, phase, path in calls:
+            try:
+                call()
+            except SerializationError as err:
+                message = str(err)
+                assert message.startswith(f"{phase} for {path!r}:"), message
+                assert "process(es) [1] did not arrive within 3 s" in message, message
+            else:
+                raise AssertionError(f"{phase}: no error although process 1 never came")
+        assert not os.path.exists(late)
+        client.key_value_set("straggler-0", "done")
+        client.blocking_key_value_get("straggler-1", TIMEOUT_S * 1000)
+    else:
+        client.blocking_key_value_get("straggler-0", TIMEOUT_S * 1000)
+        start = time.monotonic()
+        never = os.path.join(directory, "never.zip")
+        try:  # written by process 0 alone, which never comes
+            jio.export({"r": [1, 2, 3]}, never)
+        except SerializationError as err:
+            message = str(err)
+            assert message.startswith(f"export-zip for {never!r}:"), message
+            assert "process 0 did not finish within 3 s" in message, message
+        else:
+            raise AssertionError("no error although process 0 never came")
+        client.key_value_set("straggler-1", "done")
+    assert time.monotonic() - start < 30, time.monotonic() - start
+
+
+def _train_step(w: object) -> object:
+    return w * 0.5 + 1.0  # type: ignore[operator]
+
+
+def task_preempt(directory: str) -> None:
+    """A training loop saving every 50 steps; the test sends SIGTERM to process 1 only."""
+    import jaxstruct.io as jio
+    from jax.sharding import PartitionSpec as P
+
+    manager = jio.CheckpointManager(directory, format="orbax", save_on_preemption=True)
+    step_fn = jax.jit(_train_step)
+    w = _global((16, 8), P("x"))
+    step = 0
+    for step in range(1, 100_000):
+        w = step_fn(w)
+        preempted = manager.reached_preemption(step)  # every step, before anything else
+        if step % 50 == 0 or preempted:
+            manager.save(step, {"w": w, "step": step})
+        if manager.preempted:
+            break
+        if step == 3 and jax.process_index() == 0:
+            with open(os.path.join(directory, "running"), "w") as mark:
+                mark.write("3")
+        time.sleep(0.02)
+    assert manager.preempted, "the loop ran out without a preemption"
+    manager.close()
+    print(f"SAVED {step}", flush=True)
+
+
+def task_gcs(directory: str) -> None:
+    """Save a cross-process array to gs:// (fake-gcs-server), load it with mesh= and a target;
+    a manager there (every process saves, process 0 prunes)."""
+    import jax.experimental.multihost_utils
+    import jaxstruct.io as jio
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    url = f"{directory}/ck"  # here "directory" is a gs:// prefix
+    jio.export({"a": _global((16, 8), P("x")), "step": 3}, url, format="orbax")
+    mesh = jax.make_mesh((8,), ("x",))
+    back = jio.load(url, mesh=mesh)
+    assert back["a"].sharding == NamedSharding(mesh, P("x")) and back["step"] == 3
+    _check_shards(back["a"], (16, 8))
+    cols = NamedSharding(mesh, P(None, "x"))
+    target = {"a": jax.ShapeDtypeStruct((16, 8), jax.numpy.float32, sharding=cols), "step": None}
+    _check_shards(jio.load(url, target=target)["a"], (16, 8))
+    # The manager in the bucket: every process saves, process 0 prunes.
+    manager = jio.CheckpointManager(f"{directory}/run", format="orbax", keep=1)
+    for step in (1, 2):
+        manager.save(step, {"a": _global((16, 8), P("x")), "step": step}, metrics={"loss": 1.0})
+    manager.wait()
+    jax.experimental.multihost_utils.sync_global_devices("pruned")
+    assert manager.all_steps() == [2], manager.all_steps()
+    back = manager.restore(mesh=mesh)
+    assert back["step"] == 2
+    _check_shards(back["a"], (16, 8))
+    manager.close()
+
+
 def main() -> None:
     task, port, process_id, directory = sys.argv[1:5]
     _init(port, int(process_id))

@@ -32,9 +32,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(task: str, directory: Path) -> list[subprocess.Popen[str]]:
+def _start(
+    task: str, directory: Path | str, env_extra: dict[str, str] | None = None
+) -> list[subprocess.Popen[str]]:
     port = str(_free_port())
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
     env.pop("XLA_FLAGS", None)
     procs = []
     for i in range(2):
@@ -144,3 +146,54 @@ def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> No
     assert manager.all_steps() == [1]
     back = manager.restore()
     np.testing.assert_array_equal(np.asarray(back["a"]), np.arange(128.0).reshape(16, 8))
+
+
+def test_a_process_that_never_comes_ends_the_wait(tmp_path: Path) -> None:
+    """Every wait of a 2-process save or restore ends within JAXSTRUCT_SYNC_TIMEOUT_S, and its
+    error names the phase, the path and the missing process; both processes then exit."""
+    results = _finish(_start("straggler", tmp_path, {jio.SYNC_TIMEOUT_ENV: "3"}))
+    for i, (code, out, _) in enumerate(results):
+        assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+
+
+def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path) -> None:
+    """SIGTERM to one process of a 2-process loop: both agree on a step (JAX's preemption
+    sync point), save it, exit 0; a new run restores that step on 8 devices bit-exactly."""
+    procs = _start("preempt", tmp_path)
+    deadline = time.monotonic() + TIMEOUT
+    while not (tmp_path / "running").exists():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGTERM)
+    results = _finish(procs)
+    steps = set()
+    for i, (code, out, _) in enumerate(results):
+        assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+        steps.add(next(line for line in out.splitlines() if line.startswith("SAVED ")))
+    assert len(steps) == 1  # the same step in both processes
+    saved = int(steps.pop().split()[1])
+    manager = jio.CheckpointManager(tmp_path, format="orbax")
+    assert manager.latest_step() == saved and saved % 50 != 0
+    mesh = jax.make_mesh((8,), ("x",))
+    back = manager.restore(mesh=mesh)
+    assert back["step"] == saved
+    assert back["w"].sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+    step_fn = jax.jit(lambda w: w * 0.5 + 1.0)
+    expected = jnp.arange(128, dtype=jnp.float32).reshape(16, 8)
+    for _ in range(saved):
+        expected = step_fn(expected)
+    assert np.asarray(back["w"]).tobytes() == np.asarray(expected).tobytes()
+
+
+def test_two_processes_save_to_gcs_and_restore(tmp_path: Path) -> None:
+    """The 2-process save and restore, in a bucket of fake-gcs-server on 127.0.0.1."""
+    from ._gcs import BUCKET, emulator_env, fake_gcs, objects
+
+    with fake_gcs() as url:
+        procs = _start("gcs", f"gs://{BUCKET}/two", emulator_env(url))
+        results = _finish(procs)
+        for i, (code, out, _) in enumerate(results):
+            assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+        stored = objects(url, "two/ck/")
+        assert "two/ck/commit_success.txt" in stored, stored
+        assert any(name.startswith("two/ck/arrays/ocdbt.process_1/") for name in stored), stored

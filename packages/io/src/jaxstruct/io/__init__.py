@@ -17,6 +17,7 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._paths import ManifestNode, array_paths, walk
 from ._plugins import (
     ALLOW_ENV,
@@ -33,6 +34,8 @@ from ._plugins import (
     register_codec,
     register_format,
 )
+from ._remote import RemoteDirectory
+from ._shardings import SavedSharding, saved_sharding
 from ._state import from_state_dict, to_state_dict
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "BLOCK_ENV",
     "ENTRY_POINT_GROUP",
     "PLUGIN_API_VERSION",
+    "SYNC_TIMEOUT_ENV",
     "ArraySpec",
     "CheckpointInfo",
     "CheckpointManager",
@@ -56,6 +60,8 @@ __all__ = [
     "PluginInfo",
     "PluginRegistry",
     "PluginWarning",
+    "RemoteDirectory",
+    "SavedSharding",
     "array_paths",
     "current_registry",
     "empty_array",
@@ -69,6 +75,8 @@ __all__ = [
     "place",
     "register_codec",
     "register_format",
+    "saved_sharding",
+    "sync_timeout",
     "to_state_dict",
     "walk",
 ]

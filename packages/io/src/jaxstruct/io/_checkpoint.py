@@ -22,6 +22,7 @@ from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest
 from ._partial import outside_selection, undecoded_codec
+from ._shardings import mesh_placements
 from ._targets import match_target
 
 __all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
@@ -140,7 +141,7 @@ def _replace_everywhere(
     sibling (a format that writes collectively), then process 0 swaps it in."""
     primary = _multihost.is_primary()
     name = _atomic.temp_sibling(target).name if primary else ""
-    tmp = target.with_name(_multihost.agree("overwrite-name", name))
+    tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
     try:
         write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
     except BaseException as err:
@@ -160,7 +161,7 @@ def _replace_everywhere(
             error = _disk_error(target, err) if isinstance(err, OSError) else err
         finally:
             _atomic.remove(old if old is not None else tmp)
-    _multihost.share_outcome("overwrite-publish", error)
+    _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
     if error is not None:
         raise error
     _atomic.step("done")
@@ -231,7 +232,7 @@ def _write_everywhere(
             )
         except BaseException as err:
             error = err
-    _multihost.share_outcome(f"export-{fmt.name}", error)
+    _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
     if error is not None:
         raise error
     return None
@@ -344,6 +345,10 @@ def export(
     _async.wait_for_previous(key)
     _atomic.step("start")
     single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    if fmt.multiprocess and _multihost.process_count() > 1:
+        # Every process writes collectively: one that never comes is named here,
+        # within the timeout, before any process starts writing.
+        _multihost.barrier("export-start", path=repr(key))
     found = False
     if not single_writer:  # otherwise process 0 alone checks, when it writes
         found = _check_existing(target, fmt, overwrite)
@@ -410,6 +415,8 @@ def load(
     select: Callable[[Any], Any] | None = None,
     load_cls: Any = None,
     allow_imports: Iterable[str] = (),
+    mesh: Any = None,
+    strict_mesh: bool = False,
     **limits: int,
 ) -> Any:
     """Read a checkpoint written by :func:`export`.
@@ -443,6 +450,14 @@ def load(
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
             imported to find classes.
+        mesh: restore without a template: a ``jax.sharding.Mesh`` on which
+            each array gets back the ``PartitionSpec`` it was saved with (mesh
+            axes matched by name; arrays saved unsharded are replicated).
+            Each process reads only its own shards. Arrays ``target`` places
+            itself keep its placement. Needs a format that records shardings
+            (``"orbax"``).
+        strict_mesh: with ``mesh``, refuse an array saved sharded along an
+            axis ``mesh`` lacks, instead of replicating it along that axis.
         **limits: ``max_manifest_bytes=``, ``max_depth=``, ``max_nodes=``,
             ``max_array_bytes=``, ``max_inflation_ratio=`` raise those limits.
 
@@ -453,7 +468,9 @@ def load(
         FileNotFoundError: nothing exists at ``path``.
         SerializationError: the checkpoint is malformed, exceeds a limit, names
             a class this process may not use, or does not match ``target``; the
-            message says which (and where in the tree).
+            message says which (and where in the tree). With ``mesh``: the
+            checkpoint does not record its shardings, or (``strict_mesh``) an
+            array was sharded along an axis the mesh lacks.
 
     Example:
         >>> import tempfile
@@ -464,7 +481,11 @@ def load(
     """
     lim = limits_from_kwargs("load", limits)
     resolver = Resolver(load_cls, allow_imports)
-    return _load(path, lim, resolver, target=target, select=select)
+    if not isinstance(strict_mesh, bool):
+        raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
+    return _load(
+        path, lim, resolver, target=target, select=select, mesh=mesh, strict_mesh=strict_mesh
+    )
 
 
 def _load(
@@ -474,13 +495,18 @@ def _load(
     *,
     target: Any,
     select: Callable[[Any], Any] | None,
+    mesh: Any = None,
+    strict_mesh: bool = False,
 ) -> Any:
     where_path = _local_or_url(path, None, "load")
     if isinstance(where_path, Path):
         where_path = Path(os.fspath(path))
     where = repr(str(where_path))
-    _, opened, top = _open_or_parked(where_path, lim)
+    fmt, opened, top = _open_or_parked(where_path, lim)
     try:
+        if fmt.multiprocess and _multihost.process_count() > 1:
+            # Every process reads collectively: one that never comes is named here.
+            _multihost.barrier("load-start", path=where)
         manifest = top["manifest"]
         if not isinstance(manifest, dict) or set(manifest) != {"root", "nodes"}:
             raise SerializationError(
@@ -492,6 +518,8 @@ def _load(
             raise SerializationError(f"{where}: the manifest has no 'nodes' list")
         match = match_target(nodes, manifest["root"], table, target, where)
         wanted = match.placements
+        if mesh is not None:
+            wanted = _on_mesh(opened, wanted, mesh, strict_mesh, where)
         stand_ins: dict[str, Any] = {}
         if select is not None:
             stand_ins = _abstract_arrays(table, wanted)
@@ -554,6 +582,21 @@ def _open_or_parked(path: Any, lim: Limits) -> tuple[Format, OpenedCheckpoint, d
             except FileNotFoundError:
                 continue  # deleted meanwhile: the new checkpoint is in place by now
     return open_checkpoint(path, lim)
+
+
+def _on_mesh(
+    opened: OpenedCheckpoint,
+    wanted: Mapping[str, Any],
+    mesh: Any,
+    strict: bool,
+    where: str,
+) -> dict[str, Any]:
+    """``wanted`` with the arrays the target leaves unplaced put on ``mesh`` as saved."""
+    unplaced = [k for k, p in wanted.items() if p is None]
+    if not unplaced:
+        return dict(wanted)
+    placed = mesh_placements(opened.saved_shardings(), unplaced, mesh, strict=strict, where=where)
+    return {k: placed.get(k, p) for k, p in wanted.items()}
 
 
 def _abstract_arrays(table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]) -> dict[str, Any]:

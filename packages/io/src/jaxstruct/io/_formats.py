@@ -176,6 +176,15 @@ class OpenedCheckpoint:
         """
         raise NotImplementedError
 
+    def saved_shardings(self) -> Mapping[str, Any] | None:
+        """Return ``key -> SavedSharding | None`` as recorded at save time, or ``None``.
+
+        ``None`` (the default) means the format does not record shardings, so
+        ``load(mesh=)`` refuses it; a ``None`` entry means that array was not
+        sharded (NumPy, or one device) and is replicated on the mesh.
+        """
+        return None
+
     def close(self) -> None:
         """Release the files."""
 
@@ -276,3 +285,11 @@ class Format:
     def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Open ``path`` for reading, enforcing ``limits`` before allocating."""
         raise NotImplementedError
+
+    def remote_directory(self) -> Any:
+        """Return a :class:`RemoteDirectory` for a ``CheckpointManager`` at a URL, or ``None``.
+
+        Only formats with ``remote_paths`` provide one; the default (``None``)
+        keeps the manager to local paths.
+        """
+        return None

@@ -28,6 +28,7 @@ from ._async import ExportHandle
 from ._atomic import fsync_dir
 from ._checkpoint import export, is_url, load
 from ._detect import format_named
+from ._preemption import PreemptionWatch
 
 __all__ = ["CheckpointManager"]
 
@@ -65,6 +66,10 @@ class CheckpointManager:
         mode: ``"min"`` (lower is better) or ``"max"``.
         blocking: save synchronously instead.
         compression: passed to :func:`jaxstruct.io.export`.
+        save_on_preemption: watch for a preemption notice (SIGTERM): see
+            :meth:`reached_preemption`. In a single process a SIGTERM handler
+            is installed until :meth:`close` (chained to the one it replaces);
+            with ``jax.distributed``, JAX's preemption service is used instead.
 
     Example:
         >>> import tempfile, numpy as np
@@ -87,6 +92,7 @@ class CheckpointManager:
         mode: str = "min",
         blocking: bool = False,
         compression: str = "auto",
+        save_on_preemption: bool = False,
     ) -> None:
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise SerializationError(
@@ -98,15 +104,17 @@ class CheckpointManager:
             )
         if best_metric is not None and not isinstance(best_metric, str):
             raise TypeError(f"best_metric expected a str, got {best_metric!r}")
-        if is_url(os.fspath(directory)):
-            raise SerializationError(
-                f"CheckpointManager({os.fspath(directory)!r}): the manager keeps its steps in a "
-                "local (or mounted) directory and cannot list or prune a URL; give a local path, "
-                'or export/load each step to the URL yourself with format="orbax"'
-            )
         self._format = format_named(format or "directory")
         self.format = self._format.name
-        self.directory = Path(os.fspath(directory)).absolute()
+        text = os.fspath(directory)
+        self._remote = self._format.remote_directory() if is_url(text) else None
+        if is_url(text) and self._remote is None:
+            raise SerializationError(
+                f"CheckpointManager({text!r}): the {self.format!r} format writes local paths "
+                'only (nothing was written); use format="orbax" for a gs:// URL'
+                ", or give a local (or mounted) directory"
+            )
+        self.directory: Any = text.rstrip("/") if self._remote else Path(text).absolute()
         self.keep = keep
         self.best_metric = best_metric
         self.mode = mode
@@ -117,34 +125,80 @@ class CheckpointManager:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         error: BaseException | None = None
-        if _multihost.is_primary():
+        if _multihost.is_primary() and self._remote is None:
             try:
                 (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
                 self._empty_trash()
             except BaseException as err:  # told to the others, then raised here
                 error = err
-        _multihost.share_outcome("manager-init", error)
+        _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
         if error is not None:
             raise error
+        self._preemption = (
+            PreemptionWatch(f"CheckpointManager({str(self.directory)!r})")
+            if save_on_preemption
+            else None
+        )
+
+    # -- preemption ------------------------------------------------------------
+
+    def reached_preemption(self, step: int) -> bool:
+        """Return whether ``step`` must be saved now because the job is being preempted.
+
+        Call it at every step (every process, with the same step numbers) and,
+        when it returns true, :meth:`save` that step (it then waits for the
+        commit) and stop: the value stays true. With ``jax.distributed`` every
+        process gets true at the same step (JAX's preemption sync point).
+        Always false without ``save_on_preemption=True``.
+        """
+        watch = self._preemption
+        return watch is not None and watch.reached_at(_step_number(step))
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the step to save before a preemption was reached (or saved): stop training."""
+        return self._preemption is not None and self._preemption.reached
+
+    def close(self) -> None:
+        """Wait for the pending save, then put back the SIGTERM handler (if one was installed)."""
+        try:
+            self.wait()
+        finally:
+            if self._preemption is not None:
+                self._preemption.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- listing ---------------------------------------------------------------
 
-    def path_of(self, step: int) -> Path:
-        """Return the checkpoint path of ``step`` (whether or not it exists)."""
+    def path_of(self, step: int) -> Any:
+        """Return the checkpoint path of ``step`` (whether or not it exists; a str at a URL)."""
+        if self._remote is not None:
+            return f"{self.directory}/{step}{self._suffix}"
         return self.directory / f"{step}{self._suffix}"
 
-    def all_steps(self) -> list[int]:
-        """Return the committed steps, ascending."""
+    def _numbered(self) -> list[int]:
+        """The step numbers named in the directory, committed or not."""
         try:
-            names = os.listdir(self.directory)
+            if self._remote is not None:
+                names = self._remote.names(self.directory)
+            else:
+                names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        steps = []
-        for name in names:
-            match = self._pattern.match(name)
-            if match is not None:
-                steps.append(int(match.group(1)))
-        return sorted(steps)
+        return sorted(int(match.group(1)) for name in names if (match := self._pattern.match(name)))
+
+    def all_steps(self) -> list[int]:
+        """Return the committed steps, ascending (at a URL: those with a commit marker)."""
+        steps = self._numbered()
+        if self._remote is not None:
+            remote = self._remote
+            steps = [s for s in steps if remote.committed(self.path_of(s))]
+        return steps
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or ``None`` when there is none."""
@@ -153,10 +207,15 @@ class CheckpointManager:
 
     def metrics(self, step: int) -> dict[str, Any] | None:
         """Return the metrics saved with ``step``, or ``None`` if it was saved without."""
-        try:
-            text = (self.directory / _METRICS / f"{step}.json").read_text("utf-8")
-        except FileNotFoundError:
-            return None
+        if self._remote is not None:
+            text = self._remote.read_text(f"{self.directory}/{_METRICS}/{step}.json")
+            if text is None:
+                return None
+        else:
+            try:
+                text = (self.directory / _METRICS / f"{step}.json").read_text("utf-8")
+            except FileNotFoundError:
+                return None
         try:
             value = json.loads(text)
         except ValueError:
@@ -187,7 +246,9 @@ class CheckpointManager:
         step = _step_number(step)
         self.wait()
         path = self.path_of(step)
-        if os.path.lexists(path):
+        if self._remote is not None:
+            self._sweep_uncommitted()
+        if step in self.all_steps() if self._remote is not None else os.path.lexists(path):
             raise FileExistsError(
                 f"{str(path)!r}: step {step} is already saved; save a new step number"
             )
@@ -195,8 +256,8 @@ class CheckpointManager:
             self._write_metrics(step, metrics)
         handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
         self._finish_in_background(handle)
-        if self.blocking:
-            self.wait()
+        if self.blocking or (self._preemption is not None and self._preemption.saving()):
+            self.wait()  # before a preemption: committed before the loop stops
 
     def _write_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
         if not isinstance(metrics, Mapping):
@@ -209,6 +270,9 @@ class CheckpointManager:
                 "arrays with float()"
             ) from None
         if not _multihost.is_primary():
+            return
+        if self._remote is not None:  # one object, replaced whole
+            self._remote.write_text(f"{self.directory}/{_METRICS}/{step}.json", text)
             return
         folder = self.directory / _METRICS
         final = folder / f"{step}.json"
@@ -306,7 +370,22 @@ class CheckpointManager:
             if step not in kept:
                 self._delete(step)
 
+    def _sweep_uncommitted(self) -> None:
+        """At a URL: remove what saves killed midway left (no save of ours is running)."""
+        remote = self._remote
+        if remote is None or not _multihost.is_primary():
+            return
+        for step in self._numbered():
+            path = self.path_of(step)
+            if not remote.committed(path):
+                remote.delete_checkpoint(path)
+                remote.remove(f"{self.directory}/{_METRICS}/{step}.json")
+
     def _delete(self, step: int) -> None:
+        if self._remote is not None:  # the commit marker first: unlisted at once
+            self._remote.delete_checkpoint(self.path_of(step))
+            self._remote.remove(f"{self.directory}/{_METRICS}/{step}.json")
+            return
         path = self.path_of(step)
         trash = self.directory / f".{path.name}{_TRASH}{os.getpid()}"
         try:

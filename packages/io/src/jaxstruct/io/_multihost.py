@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -13,16 +15,20 @@ from ._jax_private import distributed_client
 
 __all__ = [
     "BARRIER_TIMEOUT_S",
+    "SYNC_TIMEOUT_ENV",
     "agree",
     "barrier",
     "check_primary_holds",
     "is_primary",
     "process_count",
     "share_outcome",
+    "sync_timeout",
 ]
 
-#: How long a process waits for the others at a barrier before giving up.
+#: How long a process waits for the others at a barrier before giving up (by default).
 BARRIER_TIMEOUT_S = 600.0
+#: The environment variable that sets that wait, in seconds.
+SYNC_TIMEOUT_ENV = "JAXSTRUCT_SYNC_TIMEOUT_S"
 
 _counter = itertools.count()
 
@@ -49,19 +55,57 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+def sync_timeout() -> float:
+    """Seconds a process waits for the others (``JAXSTRUCT_SYNC_TIMEOUT_S``, else 600)."""
+    text = os.environ.get(SYNC_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BARRIER_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SerializationError(
+            f"{SYNC_TIMEOUT_ENV}={text!r}: expected a positive number of seconds (such as 600)"
+        )
+    return value
+
+
+def _where(path: str) -> str:
+    return f" for {path}" if path else ""
+
+
+def _missing(client: Any, prefix: str) -> list[int]:
+    """The processes that have not marked their arrival under ``prefix`` (best effort)."""
+    try:
+        arrived = {int(key.rsplit("/", 1)[-1]) for key, _ in client.key_value_dir_get(prefix)}
+    except Exception:  # the coordinator itself may be gone
+        return []
+    return [i for i in range(process_count()) if i not in arrived]
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
 def _client() -> Any:
     """jax.distributed's client (the only barrier with a timeout; JAX keeps it private)."""
     return distributed_client()
 
 
-def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> None:
     """Wait until every process reaches the barrier ``name`` (a no-op with one process).
 
     Every process must call barriers in the same order: the name gets a
     sequence number, so two exports of the same path never share a barrier.
+    After ``timeout_s`` (default :func:`sync_timeout`) it raises, naming the
+    barrier, ``path`` and the processes that did not arrive.
     """
     if process_count() == 1:
         return
+    timeout_s = sync_timeout() if timeout_s is None else timeout_s
     unique = f"jaxstruct-{name}-{next(_counter)}"
     client = _client()
     if client is None:  # pragma: no cover - JAX moved it
@@ -70,15 +114,19 @@ def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
         multihost_utils.sync_global_devices(unique)
         return
     try:
+        client.key_value_set(f"{unique}/arrived/{_process_index()}", "1")
         client.wait_at_barrier(unique, int(timeout_s * 1000))
     except Exception as err:
+        missing = _missing(client, f"{unique}/arrived/")
+        who = f"process(es) {missing} did not arrive" if missing else "not every process arrived"
         raise SerializationError(
-            f"the processes did not all reach barrier {name!r} within {timeout_s:.0f} s "
-            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+            f"{name}{_where(path)}: {who} within {timeout_s:g} s (process "
+            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
+            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
         ) from err
 
 
-def agree(name: str, value: str, timeout_s: float = BARRIER_TIMEOUT_S) -> str:
+def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = "") -> str:
     """Return process 0's ``value`` in every process (``value`` itself with one process).
 
     The others' own ``value`` is ignored. Every process must call it in the
@@ -86,6 +134,7 @@ def agree(name: str, value: str, timeout_s: float = BARRIER_TIMEOUT_S) -> str:
     """
     if process_count() == 1:
         return value
+    timeout_s = sync_timeout() if timeout_s is None else timeout_s
     unique = f"jaxstruct-{name}-{next(_counter)}"
     client = _client()
     if client is None:  # pragma: no cover - JAX moved it
@@ -99,13 +148,14 @@ def agree(name: str, value: str, timeout_s: float = BARRIER_TIMEOUT_S) -> str:
         return str(client.blocking_key_value_get(unique, int(timeout_s * 1000)))
     except Exception as err:
         raise SerializationError(
-            f"process 0 did not reach {name!r} within {timeout_s:.0f} s "
-            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+            f"{name}{_where(path)}: process 0 did not arrive within {timeout_s:g} s (process "
+            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
+            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
         ) from err
 
 
 def share_outcome(
-    name: str, error: BaseException | None, timeout_s: float = BARRIER_TIMEOUT_S
+    name: str, error: BaseException | None, timeout_s: float | None = None, *, path: str = ""
 ) -> None:
     """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere.
 
@@ -117,10 +167,11 @@ def share_outcome(
     """
     if process_count() == 1:
         return
+    timeout_s = sync_timeout() if timeout_s is None else timeout_s
     unique = f"jaxstruct-{name}-{next(_counter)}"
     client = _client()
     if client is None:  # pragma: no cover - JAX moved it
-        barrier(name, timeout_s)
+        barrier(name, timeout_s, path=path)
         return
     if is_primary():
         word = "" if error is None else f"{type(error).__name__}\n{error}"
@@ -130,15 +181,16 @@ def share_outcome(
         word = client.blocking_key_value_get(unique, int(timeout_s * 1000))
     except Exception as err:
         raise SerializationError(
-            f"process 0 did not finish {name!r} within {timeout_s:.0f} s "
-            f"({type(err).__name__}: {err}); every process must call export()/load() together"
+            f"{name}{_where(path)}: process 0 did not finish within {timeout_s:g} s (process "
+            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
+            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
         ) from err
     if word == "ok":
         return
     kind, _, message = word.partition("\n")
     if kind == "FileExistsError":
         raise FileExistsError(message)
-    raise SerializationError(f"process 0 failed at {name!r} ({kind}): {message}")
+    raise SerializationError(f"{name}{_where(path)}: process 0 failed ({kind}): {message}")
 
 
 def _primary_holds(arr: Any) -> bool:

@@ -37,14 +37,19 @@ from jaxstruct.io import (
     Limits,
     OpenedCheckpoint,
     PendingWrite,
+    RemoteDirectory,
+    SavedSharding,
     host_array,
     place,
+    saved_sharding,
+    sync_timeout,
 )
 from jaxstruct.registry import SerializationError
 
 from . import _read
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
+from ._shardmeta import sharding_from_json, sharding_to_json
 
 __all__ = ["OrbaxFormat"]
 
@@ -65,9 +70,30 @@ def _ocp() -> Any:
 
 
 def _epath(path: Any) -> Any:
+    """``path`` as orbax's path type; a URL orbax cannot store to is refused first."""
     from etils import epath
 
+    if isinstance(path, str):
+        _check_url(path)
     return epath.Path(path)
+
+
+def _check_url(url: str) -> None:
+    scheme = url.partition("://")[0].lower()
+    if scheme == "gs":
+        import importlib.util
+
+        if importlib.util.find_spec("gcsfs") is None:
+            raise SerializationError(
+                f"{url!r}: gs:// paths need gcsfs, which orbax's path layer uses; "
+                'pip install "jaxstruct-orbax[gcs]"'
+            )
+        return
+    raise SerializationError(
+        f"{url!r}: orbax-checkpoint stores arrays on local paths and in Google Cloud "
+        f"Storage (gs://) only, not at {scheme}:// URLs; use a gs:// URL or a local "
+        "(or mounted) path"
+    )
 
 
 # Dtypes tensorstore stores as they are (native byte order). Every other dtype is
@@ -155,20 +181,54 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 DATA_FILE_BYTES = 32 << 20
 
 
-def _handler(compression: str) -> Any:
+def _processes() -> Any:
+    """Orbax's multiprocessing options naming every process.
+
+    Without ``active_processes``, orbax's barriers are device collectives that
+    wait forever for a process that never comes; with it, they go through
+    jax.distributed's client and end after orbax's coordination timeout.
+    """
+    import jax
+
+    ocp = _ocp()
+    if jax.process_count() == 1:
+        return ocp.options.MultiprocessingOptions()
+    return ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
+
+
+def _handler(compression: str | None = None) -> Any:
     """Orbax's composite handler; array chunks are compressed only when asked for.
 
     zstd barely shrinks floating-point weights, and a compressed save keeps an
     encoded copy of each chunk on the host; uncompressed, tensorstore writes
-    straight from the arrays' own buffers.
+    straight from the arrays' own buffers. ``None``: a handler for reading.
     """
     ocp = _ocp()
+    processes = _processes()
+    options = ocp.CompositeOptions(multiprocessing_options=processes)
+    if compression is None:
+        return ocp.CompositeCheckpointHandler(composite_options=options)
     return ocp.CompositeCheckpointHandler(
+        composite_options=options,
         **{
-            MANIFEST_ITEM: ocp.JsonCheckpointHandler(),
-            STORAGE_ITEM: ocp.JsonCheckpointHandler(),
-            ARRAYS: ocp.PyTreeCheckpointHandler(use_compression=compression == "deflate"),
-        }
+            MANIFEST_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
+            STORAGE_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
+            ARRAYS: ocp.PyTreeCheckpointHandler(
+                use_compression=compression == "deflate", multiprocessing_options=processes
+            ),
+        },
+    )
+
+
+def _checkpointer(handler: Any, *, background: bool = False) -> Any:
+    """Orbax's checkpointer: every process named, waits bounded by ``sync_timeout()``."""
+    ocp = _ocp()
+    if not background:
+        return ocp.Checkpointer(handler, multiprocessing_options=_processes())
+    return ocp.AsyncCheckpointer(
+        handler,
+        async_options=ocp.options.AsyncOptions(timeout_secs=max(1, round(sync_timeout()))),
+        multiprocessing_options=_processes(),
     )
 
 
@@ -179,9 +239,16 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
     except ValueError as err:  # pragma: no cover - export always gives JSON
         raise SerializationError(f"the manifest is not JSON ({err})") from None
     stored, layouts = _storage_form(arrays)
+    # How each sharded array lay on its mesh, for load(mesh=); the others are absent.
+    shardings = {
+        key: sharding_to_json(found)
+        for key, arr in arrays.items()
+        if (found := saved_sharding(arr)) is not None
+    }
+    storage = {"version": 1, "arrays": layouts, "shardings": shardings}
     items: dict[str, Any] = {
         MANIFEST_ITEM: ocp.args.JsonSave(document),
-        STORAGE_ITEM: ocp.args.JsonSave({"version": 1, "arrays": layouts}),
+        STORAGE_ITEM: ocp.args.JsonSave(storage),
     }
     if stored:
         items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=DATA_FILE_BYTES)
@@ -189,9 +256,12 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
 
 
 def _wrap_error(target: Any, err: Exception) -> SerializationError:
+    import jax
+
+    who = f" in process {jax.process_index()}" if jax.process_count() > 1 else ""
     return SerializationError(
-        f"{str(target)!r}: orbax could not write the checkpoint ({type(err).__name__}: {err}); "
-        "nothing was committed there"
+        f"{str(target)!r}: orbax could not write the checkpoint{who} "
+        f"({type(err).__name__}: {err}); nothing was committed there"
     )
 
 
@@ -247,11 +317,11 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
-        ocp = _ocp()
         args = _save_args(manifest, arrays)
-        checkpointer = ocp.Checkpointer(_handler(compression))
+        where = _epath(target)
+        checkpointer = _checkpointer(_handler(compression))
         try:
-            checkpointer.save(_epath(target), args=args)
+            checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             raise _wrap_error(target, err) from err
         finally:
@@ -268,18 +338,27 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
-        ocp = _ocp()
         args = _save_args(manifest, _host_safe(arrays))
-        checkpointer = ocp.AsyncCheckpointer(_handler(compression))
+        where = _epath(target)
+        checkpointer = _checkpointer(_handler(compression), background=True)
         try:
-            checkpointer.save(_epath(target), args=args)
+            checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             checkpointer.close()
             raise _wrap_error(target, err) from err
         return _OrbaxPending(checkpointer, target)
 
+    def remote_directory(self) -> RemoteDirectory:
+        """Steps of a ``CheckpointManager`` at a ``gs://`` URL, through orbax's path layer."""
+        return _OrbaxRemote()
+
     def sniff(self, path: Any) -> bool:
-        """A directory holding orbax's step metadata and jaxstruct's manifest item."""
+        """A directory holding orbax's step metadata and jaxstruct's manifest item.
+
+        URLs orbax cannot store to (``s3://``) are never orbax checkpoints.
+        """
+        if isinstance(path, str) and path.partition("://")[0].lower() != "gs":
+            return False
         p = _epath(path)
         try:
             return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
@@ -292,6 +371,11 @@ class OrbaxFormat(Format):
         """Read jaxstruct's manifest (within ``max_manifest_bytes``); arrays come later."""
         where = repr(str(path))
         p = _epath(path)
+        if not _committed(p):
+            raise SerializationError(
+                f"{where}: this orbax checkpoint was never committed (its save stopped "
+                "midway, or is still running); load another one"
+            )
         file = p / MANIFEST_ITEM / _MANIFEST_FILE
         try:
             size = file.stat().length
@@ -306,14 +390,65 @@ class OrbaxFormat(Format):
         manifest = file.read_bytes()
         if len(manifest) != size:
             raise SerializationError(f"{where}: the manifest changed while being read")
-        return _OrbaxCheckpoint(p, manifest, _read_layouts(p, limits, where), where)
+        layouts, shardings = _read_storage(p, limits, where)
+        return _OrbaxCheckpoint(p, manifest, layouts, shardings, where)
+
+
+def _committed(p: Any) -> bool:
+    """Orbax's own test: in an object store (no atomic rename), whether the commit
+    marker it writes last exists; on a file system, that this is no temporary path."""
+    try:
+        return bool(_ocp().path.step.is_path_finalized(p))
+    except AttributeError:  # an orbax-checkpoint that moved it: its marker's name
+        return not str(p).startswith("gs://") or (p / _COMMIT_MARKER).exists()
+    except OSError:
+        return False
+
+
+_COMMIT_MARKER = "commit_success.txt"  # what orbax writes last into a gs:// checkpoint
+
+
+class _OrbaxRemote(RemoteDirectory):
+    def names(self, url: str) -> list[str]:
+        try:
+            return [entry.name for entry in _epath(url).iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def committed(self, url: str) -> bool:
+        p = _epath(url)
+        return _committed(p) and (p / MANIFEST_ITEM / _MANIFEST_FILE).exists()
+
+    def read_text(self, url: str) -> str | None:
+        try:
+            return _epath(url).read_text()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, url: str, text: str) -> None:
+        _epath(url).write_text(text)
+
+    def remove(self, url: str) -> None:
+        try:
+            _epath(url).unlink()
+        except FileNotFoundError:
+            pass
+
+    def delete_checkpoint(self, url: str) -> None:
+        p = _epath(url)
+        self.remove(str(p / _COMMIT_MARKER))  # unlisted (and unloadable) from here on
+        if p.exists():
+            p.rmtree()
 
 
 _KINDS = frozenset({"bool", "bytes"})
 
 
-def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str]]:
-    """Read and check the ``storage`` item: how each non-native array was stored."""
+def _read_storage(
+    p: Any, limits: Limits, where: str
+) -> tuple[dict[str, dict[str, str]], dict[str, SavedSharding | None] | None]:
+    """Read and check the ``storage`` item: how each non-native array was stored, and
+    how each array was sharded (``None`` for a checkpoint written before that record)."""
     file = p / STORAGE_ITEM / _MANIFEST_FILE
     try:
         size = file.stat().length
@@ -342,7 +477,12 @@ def _read_layouts(p: Any, limits: Limits, where: str) -> dict[str, dict[str, str
             or layout.get("order", "F") != "F"
         ):
             raise SerializationError(f"{where}: malformed storage entry for array {key!r}")
-    return layouts
+    found = document.get("shardings")
+    if found is None:
+        return layouts, None
+    if not isinstance(found, dict):
+        raise SerializationError(f"{where}: the storage item's 'shardings' is not a mapping")
+    return layouts, {key: sharding_from_json(value, key, where) for key, value in found.items()}
 
 
 def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,16 +492,26 @@ def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 class _OrbaxCheckpoint(OpenedCheckpoint):
     def __init__(
-        self, path: Any, manifest: bytes, layouts: dict[str, dict[str, str]], where: str
+        self,
+        path: Any,
+        manifest: bytes,
+        layouts: dict[str, dict[str, str]],
+        shardings: dict[str, SavedSharding | None] | None,
+        where: str,
     ) -> None:
         self.path = path
         self.manifest = manifest
         self.layouts = layouts
+        self.shardings = shardings
         self.where = where
         self.use_zarr3 = False
 
     def close(self) -> None:
         pass
+
+    def saved_shardings(self) -> dict[str, SavedSharding | None] | None:
+        """How each array was sharded when saved (``None``: an older checkpoint)."""
+        return self.shardings
 
     def _stored_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Shape and dtype of each stored array per orbax's metadata (checked, never trusted)."""
@@ -490,7 +640,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             _, dtype = storage[key]
             item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
             restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
-        checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        checkpointer = _checkpointer(_handler())
         try:
             restored = checkpointer.restore(
                 self.path,
