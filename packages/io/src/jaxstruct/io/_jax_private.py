@@ -1,10 +1,11 @@
-"""The two private JAX APIs the io package uses, each behind one guarded function.
+"""The private JAX APIs the io package uses, each behind one guarded function.
 
 JAX gives no public way to make a weakly typed array with a shape, nor a
-barrier with a timeout; both live under ``jax._src`` and may move in any
-release. Everything the package needs from there is imported here and only
-here, and each function answers ``None`` when JAX no longer has it, so that
-the callers take their public fallback (tested with the locked JAX and the
+barrier with a timeout, nor to ask whether its preemption service runs; all
+live under ``jax._src`` and may move in any release. Everything the package
+needs from there is imported here and only here, and each function answers
+``None`` when JAX no longer has it, so that the callers take their public
+fallback (tested with the locked JAX and the
 floor, JAX 0.7.1).
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["distributed_client", "weakly_typed"]
+__all__ = ["distributed_client", "distributed_state", "weakly_typed"]
 
 
 def weakly_typed(arr: Any) -> Any:
@@ -39,5 +40,18 @@ def distributed_client() -> Any:
         from jax._src import distributed
 
         return distributed.global_state.client
+    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
+        return None
+
+
+def distributed_state() -> Any:
+    """``jax.distributed``'s global state (its preemption sync manager), or ``None``.
+
+    ``None`` when JAX keeps it elsewhere.
+    """
+    try:
+        from jax._src import distributed
+
+        return distributed.global_state
     except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
         return None

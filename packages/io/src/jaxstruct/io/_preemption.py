@@ -24,6 +24,8 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
+from ._jax_private import distributed_state
+
 __all__ = ["PreemptionWatch"]
 
 _open: weakref.WeakSet[PreemptionWatch] = weakref.WeakSet()
@@ -45,9 +47,7 @@ def _distributed() -> Any:
 
     if jax.process_count() == 1:
         return None
-    from jax._src import distributed
-
-    return distributed.global_state
+    return distributed_state()
 
 
 class PreemptionWatch:
