@@ -16,6 +16,7 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._plain import join_path
 from ._plugins import (
     AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
@@ -48,6 +49,7 @@ __all__ = [
     "host_array",
     "host_pieces",
     "inspect",
+    "join_path",
     "load",
     "place",
     "register_codec",

@@ -21,6 +21,7 @@ from ._errors import CheckpointWriteError
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest, parse_manifest
+from ._plain import Rename, load_plain
 from ._plugins import current_registry
 from ._targets import match_target
 
@@ -98,11 +99,29 @@ def _detect(path: Any) -> Format:
     )
 
 
-def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
+def open_checkpoint(
+    path: Any, limits: Limits, format: str | None = None
+) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
     """Detect the format of ``path``, open it and parse its manifest (arrays are not read)."""
-    fmt = _detect(path)
+    fmt, opened, top = _open_any(path, limits, format)
+    if top is None:
+        opened.close()
+        raise SerializationError(
+            f"{str(path)!r}: this {fmt.name} file has no jaxstruct manifest (another tool "
+            "wrote it); load it with jaxstruct.io.load(path, target=...)"
+        )
+    return fmt, opened, top
+
+
+def _open_any(
+    path: Any, limits: Limits, format: str | None
+) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
+    """Open ``path``; the manifest is ``None`` for a file without one (see ``_plain``)."""
+    fmt = _detect(path) if format is None else _format_named(format)
     where = repr(str(path))
     opened = fmt.open(path, limits)
+    if opened.manifest is None:
+        return fmt, opened, None
     try:
         top = parse_manifest(opened.manifest, where)
         if top["container"] != fmt.name and top["container"] not in getattr(fmt, "also_reads", ()):
@@ -498,9 +517,11 @@ def load(
     select: Callable[[Any], Any] | None = None,
     load_cls: Any = None,
     allow_imports: Iterable[str] = (),
+    rename: Rename | None = None,
+    format: str | None = None,
     **limits: int,
 ) -> Any:
-    """Read a checkpoint written by :func:`export`.
+    """Read a checkpoint written by :func:`export`, or a file of a format without a manifest.
 
     Loading never imports a module (except those listed in
     ``allow_imports``) and never unpickles; every limit is checked before the
@@ -531,6 +552,14 @@ def load(
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
             imported to find classes.
+        rename: only for a file another tool wrote, without a jaxstruct
+            manifest (a plain ``.safetensors`` file, a plain orbax
+            checkpoint), which fills ``target`` by tree path: a mapping from
+            stored tensor names to the target's leaf names
+            (``params.layers.0.w``), or a function returning the leaf name, or
+            ``None`` to ignore a tensor. Refused for a jaxstruct checkpoint,
+            whose manifest names every array.
+        format: read ``path`` as this registered format instead of detecting it.
         **limits: ``max_manifest_bytes=``, ``max_depth=``, ``max_nodes=``,
             ``max_array_bytes=``, ``max_inflation_ratio=`` raise those limits.
 
@@ -555,7 +584,9 @@ def load(
     # Parsing the manifest and rebuilding the value make a few objects per node,
     # none cyclic: the collector's passes over 100,000 of them cost more than that.
     with _gc.paused():
-        value = _load(path, lim, resolver, target=target, select=select)
+        value = _load(
+            path, lim, resolver, target=target, select=select, rename=rename, format=format
+        )
     return value
 
 
@@ -566,13 +597,25 @@ def _load(
     *,
     target: Any,
     select: Callable[[Any], Any] | None,
+    rename: Rename | None = None,
+    format: str | None = None,
 ) -> Any:
     where_path = _local_or_url(path, None, "load")
     if isinstance(where_path, Path):
         where_path = Path(os.fspath(path))
     where = repr(str(where_path))
-    _, opened, top = open_checkpoint(where_path, lim)
+    _, opened, top = _open_any(where_path, lim, format)
+    if top is None:
+        try:
+            return load_plain(opened, target=target, rename=rename, select=select, where=where)
+        finally:
+            opened.close()
     try:
+        if rename is not None:
+            raise SerializationError(
+                f"{where}: rename= is only for files without a jaxstruct manifest; this "
+                "checkpoint's manifest names every array, so leave rename= out"
+            )
         manifest = top["manifest"]
         if not isinstance(manifest, dict) or set(manifest) != {"root", "nodes"}:
             raise SerializationError(

@@ -110,9 +110,22 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 
 
 class OpenedCheckpoint:
-    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand."""
+    """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
 
-    manifest: bytes
+    ``manifest`` is ``None`` for a file of the format that another tool wrote,
+    without a jaxstruct manifest: :meth:`tensors` then lists what it holds, and
+    :func:`jaxstruct.io.load` fills a ``target=`` from it by tree path.
+    """
+
+    manifest: bytes | None
+
+    def tensors(self) -> dict[str, ArraySpec]:
+        """The stored tensors of a checkpoint without a manifest: ``name -> ArraySpec``.
+
+        Names are tree paths as :func:`jaxstruct.io.join_path` writes them
+        (``params.layers.0.w``); :meth:`read_arrays` then takes these names as keys.
+        """
+        raise NotImplementedError
 
     def read_arrays(self, table: ArrayTable, wanted: Mapping[str, Placement]) -> dict[str, Any]:
         """Read the arrays named in ``wanted`` and put each where its placement says.
