@@ -130,7 +130,8 @@ def _plan(manifest: bytes, arrays: Mapping[str, Any]) -> tuple[dict[str, str], d
     stored = {}
     for key, arr in arrays.items():
         dtype = np.dtype(arr.dtype)
-        stored[key] = Stored(names[key], _form(dtype), _fortran(arr))
+        # (Every array has a path; a key the walk missed keeps its own name.)
+        stored[key] = Stored(names.get(key, f"~{key}"), _form(dtype), _fortran(arr))
 
     def alignment(key: str) -> tuple[int, str]:
         dtype = np.dtype(arrays[key].dtype)

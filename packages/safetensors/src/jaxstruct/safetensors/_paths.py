@@ -24,6 +24,7 @@ from jaxstruct.io import join_path
 __all__ = ["array_paths"]
 
 _SCALAR_KEYS = frozenset({"str", "int", "bool", "none"})
+_SEQUENCES = frozenset({"list", "tuple", "set", "frozenset"})
 
 
 def _key_text(node: Any, position: int) -> object:
@@ -35,7 +36,7 @@ def _key_text(node: Any, position: int) -> object:
 def _children(node: list[Any], nodes: Sequence[Any]) -> list[tuple[object, int]]:
     """``(step, child index)`` for the children of one node that may hold arrays."""
     tag = node[0]
-    if tag == "list":
+    if tag in _SEQUENCES:
         return list(enumerate(node[1]))
     if tag == "dict":
         flat = node[1]
@@ -45,8 +46,8 @@ def _children(node: list[Any], nodes: Sequence[Any]) -> list[tuple[object, int]]
         return list(enumerate(node[2]))
     if tag == "struct":
         return list(node[3].items())
-    if tag == "pytree":
-        return list(enumerate(node[4]))
+    if tag == "pytree":  # its payload (or aux data) first, then its children
+        return [("<payload>", node[3]), *enumerate(node[4])]
     if tag == "codec":
         return [(f"<{node[1]}>", node[2])]
     return []
