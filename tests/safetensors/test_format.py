@@ -17,10 +17,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.registry import SerializationError
 from jaxstruct.safetensors import SafetensorsFormat
-
-safetensors = pytest.importorskip("safetensors")
-from safetensors import safe_open  # noqa: E402
-from safetensors.numpy import load_file  # noqa: E402
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 
 class Dense(js.Struct):
@@ -109,7 +107,7 @@ def test_exact_dtypes_round_trip(tmp_path: Path) -> None:
     # What other readers see: native dtypes as they are, complex as its real view.
     # (safetensors' NumPy side cannot return float8 tensors: those are checked by name.)
     with safe_open(str(path), framework="numpy") as f:
-        plain = {k: f.get_tensor(k) for k in f.keys() if not k.startswith("f8")}
+        plain = {k: f.get_tensor(k) for k in f if not k.startswith("f8")}
     assert plain["bf16"].dtype == ml_dtypes.bfloat16
     assert plain["c64"].dtype == np.float32 and plain["c64"].shape == (2, 2)
     assert plain["c64"].tolist() == [[1.0, 2.0], [0.0, -3.0]]
