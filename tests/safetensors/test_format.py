@@ -107,7 +107,8 @@ def test_exact_dtypes_round_trip(tmp_path: Path) -> None:
     # What other readers see: native dtypes as they are, complex as its real view.
     # (safetensors' NumPy side cannot return float8 tensors: those are checked by name.)
     with safe_open(str(path), framework="numpy") as f:
-        plain = {k: f.get_tensor(k) for k in f if not k.startswith("f8")}
+        names = [k for k in f.keys() if not k.startswith("f8")]  # noqa: SIM118
+        plain = {k: f.get_tensor(k) for k in names}
     assert plain["bf16"].dtype == ml_dtypes.bfloat16
     assert plain["c64"].dtype == np.float32 and plain["c64"].shape == (2, 2)
     assert plain["c64"].tolist() == [[1.0, 2.0], [0.0, -3.0]]
