@@ -42,7 +42,7 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
-from . import _read
+from . import _plain, _read
 from ._read import Job, read_into_shards
 
 __all__ = ["OrbaxFormat"]
@@ -278,12 +278,14 @@ class OrbaxFormat(Format):
         return _OrbaxPending(checkpointer, target)
 
     def sniff(self, path: Any) -> bool:
-        """A directory holding orbax's step metadata and jaxstruct's manifest item."""
+        """A directory holding orbax's step metadata and jaxstruct's manifest item, or a
+        plain orbax pytree checkpoint (loaded into a ``target=``)."""
         p = _epath(path)
         try:
-            return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
+            ours = (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
                 p / "_CHECKPOINT_METADATA"
             ).exists()
+            return ours or _plain.is_plain(p)
         except OSError:
             return False
 
@@ -292,6 +294,8 @@ class OrbaxFormat(Format):
         where = repr(str(path))
         p = _epath(path)
         file = p / MANIFEST_ITEM / _MANIFEST_FILE
+        if not file.exists() and _plain.is_plain(p):
+            return _plain.PlainOrbaxCheckpoint(p, limits, where)
         try:
             size = file.stat().length
         except FileNotFoundError:
