@@ -69,12 +69,11 @@ def child(side: str, op: str, path: str, nbytes: int) -> dict[str, float]:
     from _memory import reset_peak, status
 
     tiny = Path(path).with_name(f"warm-{side}-{op}.safetensors")
+    save: Any = jio.export
+    load: Any = jio.load
     if side == "safetensors":
         save = lambda t, p: safetensors.flax.save_file(t, str(p))
         load = lambda p: safetensors.flax.load_file(str(p))
-    else:
-        save = lambda t, p: jio.export(t, p)
-        load = lambda p: jio.load(p)
     save({"w": jax.numpy.ones(4)}, tiny)
     load(tiny)
     tiny.unlink()

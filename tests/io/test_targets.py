@@ -206,7 +206,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
         opened.read_arrays = read_arrays  # type: ignore[method-assign]
         return fmt, opened, top
 
-    monkeypatch.setattr(_checkpoint, "open_checkpoint", wrapped)
+    monkeypatch.setattr(_checkpoint, "_open_any", wrapped)
     return record
 
 
