@@ -105,3 +105,18 @@ def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
     assert all(c[-1] in ("met", "**missed**") for c in cells), rows
     assert cells[1][3].startswith("+") and cells[1][3].endswith("GiB")  # our peak, from VmHWM
     assert cells[3][1].startswith("+") and cells[3][1].endswith("x data")
+
+
+def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
+    """A tiny run of bench_safetensors.py prints its four targets, each with a verdict."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_safetensors.py"), "--gib=0.004", "--rounds=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    targets = out.split("### Targets", 1)[1]
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 5, rows  # the heading and four targets
+    assert all(row.rstrip(" |").endswith(("met", "MISSED")) for row in rows[1:]), rows
