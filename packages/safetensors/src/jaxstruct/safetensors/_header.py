@@ -55,14 +55,21 @@ _NAMES = {
 }
 
 
+_ML_NAMES = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"})
+
+
 def _dtypes() -> dict[str, np.dtype]:
     import ml_dtypes
 
     out = {}
     for name, numpy_name in _NAMES.items():
-        found = getattr(ml_dtypes, numpy_name, None) or getattr(np, numpy_name, None)
-        if found is not None:
+        if name in _ML_NAMES:
+            found = getattr(ml_dtypes, numpy_name, None)
+            if found is None:  # an older ml_dtypes: that dtype is not read
+                continue
             out[name] = np.dtype(found).newbyteorder("<")
+        else:
+            out[name] = np.dtype(numpy_name).newbyteorder("<")
     return out
 
 
