@@ -161,3 +161,11 @@ def test_plain_orbax_reads_a_jaxstruct_checkpoints_arrays_item(tmp_path: Path) -
     assert set(arrays) == {"a0", "a1"}
     assert _bits(arrays["a0"]) == _bits(state["params"]["w"])
     assert _bits(arrays["a1"]) == _bits(state["params"]["b"])
+
+
+def test_orbax_metadata_size_is_limited_before_it_is_read(plain) -> None:
+    path, state = plain
+    with pytest.raises(SerializationError, match=r"_METADATA is .* more than max_manifest_bytes"):
+        jio.load(path, target=_target(state), max_manifest_bytes=100)
+    with pytest.raises(SerializationError, match="more than max_array_bytes=64"):
+        jio.load(path, target=_target(state), max_array_bytes=64)

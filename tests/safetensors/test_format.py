@@ -194,3 +194,55 @@ def test_inspect_of_a_plain_file_says_to_load_with_a_target(tmp_path: Path) -> N
     save_file({"w": np.ones(2, np.float32)}, str(path))
     with pytest.raises(SerializationError, match=r"no jaxstruct manifest"):
         jio.inspect(path)
+
+
+def test_tree_paths_of_every_container(tmp_path: Path) -> None:
+    """Tuples, namedtuples and other pytree nodes by position, dict keys by their text; two
+    keys with the same text (``1`` and ``"1"``) still get distinct names."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "left right")
+    state = {
+        "t": (np.zeros(1), np.ones(1)),
+        "n": Pair(np.zeros(2), np.ones(2)),
+        1: np.zeros(3),
+        "1": np.ones(3),
+        None: np.zeros(4),
+    }
+    path = jio.export(state, tmp_path / "p.safetensors")
+    with safe_open(str(path), framework="numpy") as f:
+        names = set(f.keys())
+    assert {"t.0", "t.1", "n.0", "n.1", "None"} < names
+    assert "1" in names and len([n for n in names if n.startswith("1")]) == 2
+    back = jio.load(path, allow_imports=[__name__])
+    assert back[1].tolist() == [0.0] * 3 and back["1"].tolist() == [1.0] * 3
+    assert type(back["n"]).__name__ == "Pair" and back["n"].right.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: {**t, "a0": {"name": "missing"}}, "which the file does not hold"),
+        (lambda t: {**t, "a0": {**t["a0"], "as": "zip"}}, "malformed"),
+        (lambda t: {**t, "a0": {**t["a0"], "as": "complex"}}, "stored as complex needs F32"),
+        (lambda t: {k: v for k, v in t.items() if k != "a0"}, "disagree"),
+        (lambda t: [], "not an object"),
+    ],
+)
+def test_a_tampered_tensor_table_is_our_error(tmp_path: Path, edit: Any, message: str) -> None:
+    """The metadata's tensor table is checked against the header and the manifest."""
+    from jaxstruct.safetensors import _header
+
+    path = jio.export({"w": np.ones(2)}, tmp_path / "t.safetensors")
+    with open(path, "rb") as f:
+        header = _header.read_header(f, jio.Limits(), "x")
+        data = path.read_bytes()[header.data_start :]
+    metadata = dict(header.metadata)
+    metadata["jaxstruct.tensors"] = json.dumps(edit(json.loads(metadata["jaxstruct.tensors"])))
+    entries = {
+        name: ({np.dtype("<f8"): "F64"}[e.dtype], e.shape, e.end - e.begin)
+        for name, e in header.tensors.items()
+    }
+    path.write_bytes(_header.encode_header(metadata, entries) + data)
+    with pytest.raises(SerializationError, match=message):
+        jio.load(path)
