@@ -121,3 +121,18 @@ def test_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
     assert [c[0] for c in cells] == ["time", "peak RSS growth"], rows
     assert all(c[-1] in ("met", "**missed**") for c in cells), rows
+
+
+def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
+    """A tiny run of bench_safetensors.py prints its four targets, each with a verdict."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_safetensors.py"), "--gib=0.004", "--rounds=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    targets = out.split("### Targets", 1)[1]
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 5, rows  # the heading and four targets
+    assert all(row.rstrip(" |").endswith(("met", "MISSED")) for row in rows[1:]), rows

@@ -26,7 +26,7 @@ BLOCK = re.compile(r"^([ \t]*)```python\n(.*?)^\1```[ \t]*$", re.S | re.M)
 FENCE = re.compile(r"^[ \t]*```([^\s`{]*)")
 # Fence languages that are shown but never run.
 SHOWN = frozenset({"py", "pycon", "toml", "ini", "sh", "bash", "console", "text", "json", "yaml"})
-LAYERS = ("registry", "core", "io", "orbax", "abc", "testing")
+LAYERS = ("registry", "core", "io", "orbax", "safetensors", "abc", "testing")
 
 
 def _modules() -> list[str]:

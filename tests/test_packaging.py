@@ -179,6 +179,24 @@ def test_io_and_abc_never_import_testing(path: Path) -> None:
     assert not _uses(_imports(path), "testing")
 
 
+@pytest.mark.parametrize("path", _layer_sources("io"), ids=lambda p: p.name)
+def test_io_has_no_special_case_for_the_format_plugins(path: Path) -> None:
+    """jaxstruct.io never imports the orbax or safetensors plugins: they register themselves."""
+    imports = _imports(path)
+    assert not _uses(imports, "orbax") and not _uses(imports, "safetensors")
+
+
+def test_safetensors_keeps_the_core_floors() -> None:
+    """jaxstruct-safetensors raises no JAX floor, so the run without orbax still reaches
+    JAX 0.4.36, and it needs the safetensors library only in the tests."""
+    project = _project(ROOT / "packages" / "safetensors" / "pyproject.toml")
+    names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in project["dependencies"]}
+    assert names == {"jaxstruct-io", "numpy"}
+    assert project["entry-points"]["jaxstruct.io"] == {
+        "safetensors": "jaxstruct.safetensors._plugin"
+    }
+
+
 # -- supported Pythons, CI --------------------------------------------------------------
 
 SCRIPTS = ROOT / "scripts"

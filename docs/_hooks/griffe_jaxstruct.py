@@ -29,7 +29,7 @@ from typing import Any
 
 import griffe
 
-LAYERS = ("registry", "core", "io", "abc", "testing", "orbax")
+LAYERS = ("registry", "core", "io", "abc", "testing", "orbax", "safetensors")
 ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|data|exc|mod|obj|const):`(~?)([^`<>]+)`")
 EXAMPLE = re.compile(r"^(\s*)Example:\s*$", re.M)
 # reST's "text::" before an indented literal block; Markdown needs only the indent.

@@ -19,7 +19,7 @@ from typing import Any
 from mkdocs.structure.files import File
 
 DIRECTIVE = re.compile(r"^::: *([\w.]+)[ \t]*\n((?:[ \t]+.*\n|[ \t]*\n(?=[ \t]+\S))*)", re.M)
-LAYERS = ("registry", "core", "io", "abc", "testing", "orbax")
+LAYERS = ("registry", "core", "io", "abc", "testing", "orbax", "safetensors")
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:

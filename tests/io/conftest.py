@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 # "tar" is the format of the example plugin jaxstruct-plugin-tar (a workspace dev
-# dependency): every round trip also goes through a third-party format.
-FORMS = ("state", "directory", "zip", "tar", "orbax")
+# dependency): every round trip also goes through a third-party format, and through
+# jaxstruct-safetensors, a format on a file layout jaxstruct does not define.
+FORMS = ("state", "directory", "zip", "tar", "orbax", "safetensors")
 
 
 def _bits(x: float) -> bytes:
@@ -87,7 +88,7 @@ def roundtrip(form: str, tmp_path: Path) -> Callable[..., Any]:
     def run(value: Any, **kw: Any) -> Any:
         if form == "state":
             return jio.from_state_dict(jio.to_state_dict(value), **kw)
-        suffix = {"zip": ".zip", "tar": ".tar"}.get(form, "")
+        suffix = {"zip": ".zip", "tar": ".tar", "safetensors": ".safetensors"}.get(form, "")
         path = tmp_path / f"ckpt{next(counter)}{suffix}"
         jio.export(value, path, format="orbax" if form == "orbax" else None)
         return jio.load(path, **kw)

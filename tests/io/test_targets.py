@@ -193,10 +193,10 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     record = _Spy()
     from jaxstruct.io import _checkpoint
 
-    real = _checkpoint.open_checkpoint
+    real = _checkpoint.open_any
 
-    def wrapped(path: Any, limits: Any) -> Any:
-        fmt, opened, top = real(path, limits)
+    def wrapped(path: Any, limits: Any, format: Any) -> Any:
+        fmt, opened, top = real(path, limits, format)
         inner = opened.read_arrays
 
         def read_arrays(table: Any, wanted: Any) -> Any:
@@ -206,7 +206,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
         opened.read_arrays = read_arrays  # type: ignore[method-assign]
         return fmt, opened, top
 
-    monkeypatch.setattr(_checkpoint, "open_checkpoint", wrapped)
+    monkeypatch.setattr(_checkpoint, "open_any", wrapped)
     return record
 
 

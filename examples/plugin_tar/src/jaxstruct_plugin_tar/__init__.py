@@ -244,6 +244,7 @@ class _TarCheckpoint(OpenedCheckpoint):
         self.handle = handle
         self.members = members
         self.manifest = manifest
+        self.stored_manifest = manifest  # every archive of this format holds one
         self.where = where
 
     def close(self) -> None:
@@ -252,7 +253,7 @@ class _TarCheckpoint(OpenedCheckpoint):
     def _names(self, table: Mapping[str, ArraySpec]) -> dict[str, str]:
         """``member name -> key`` for every array, checked against the archive."""
         try:
-            paths = array_paths(self.manifest)
+            paths = array_paths(self.stored_manifest)
         except ValueError as err:
             raise SerializationError(f"{self.where}: {err}") from None
         names = {paths.get(key, key) + _SUFFIX: key for key in table}

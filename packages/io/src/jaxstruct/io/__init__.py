@@ -19,6 +19,7 @@ from ._limits import Limits
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._paths import ManifestNode, array_paths, walk
+from ._plain import join_path
 from ._plugins import (
     ALLOW_ENV,
     AUTOLOAD_ENV,
@@ -71,6 +72,7 @@ __all__ = [
     "host_array",
     "host_pieces",
     "inspect",
+    "join_path",
     "load",
     "place",
     "register_codec",

@@ -15,13 +15,14 @@ from . import _async, _atomic, _multihost
 from ._async import ExportHandle
 from ._contract import write_checked
 from ._decode import Resolver, decode_state
-from ._detect import format_for_export, is_checkpoint, open_checkpoint
+from ._detect import format_for_export, is_checkpoint, open_any, open_checkpoint
 from ._encode import encode_state
 from ._errors import CheckpointWriteError
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest
 from ._partial import outside_selection, undecoded_codec
+from ._plain import Rename, load_plain
 from ._shardings import mesh_placements
 from ._targets import match_target
 
@@ -417,9 +418,11 @@ def load(
     allow_imports: Iterable[str] = (),
     mesh: Any = None,
     strict_mesh: bool = False,
+    rename: Rename | None = None,
+    format: str | None = None,
     **limits: int,
 ) -> Any:
-    """Read a checkpoint written by :func:`export`.
+    """Read a checkpoint written by :func:`export`, or a file of a format without a manifest.
 
     Loading never imports a module (except those listed in
     ``allow_imports``) and never unpickles; every limit is checked before the
@@ -458,6 +461,14 @@ def load(
             (``"orbax"``).
         strict_mesh: with ``mesh``, refuse an array saved sharded along an
             axis ``mesh`` lacks, instead of replicating it along that axis.
+        rename: only for a file another tool wrote, without a jaxstruct
+            manifest (a plain ``.safetensors`` file, a plain orbax
+            checkpoint), which fills ``target`` by tree path: a mapping from
+            stored tensor names to the target's leaf names
+            (``params.layers.0.w``), or a function returning the leaf name, or
+            ``None`` to ignore a tensor. Refused for a jaxstruct checkpoint,
+            whose manifest names every array.
+        format: read ``path`` as this registered format instead of detecting it.
         **limits: ``max_manifest_bytes=``, ``max_depth=``, ``max_nodes=``,
             ``max_array_bytes=``, ``max_inflation_ratio=`` raise those limits.
 
@@ -484,7 +495,15 @@ def load(
     if not isinstance(strict_mesh, bool):
         raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
     return _load(
-        path, lim, resolver, target=target, select=select, mesh=mesh, strict_mesh=strict_mesh
+        path,
+        lim,
+        resolver,
+        target=target,
+        select=select,
+        mesh=mesh,
+        strict_mesh=strict_mesh,
+        rename=rename,
+        format=format,
     )
 
 
@@ -497,13 +516,25 @@ def _load(
     select: Callable[[Any], Any] | None,
     mesh: Any = None,
     strict_mesh: bool = False,
+    rename: Rename | None = None,
+    format: str | None = None,
 ) -> Any:
     where_path = _local_or_url(path, None, "load")
     if isinstance(where_path, Path):
         where_path = Path(os.fspath(path))
     where = repr(str(where_path))
-    fmt, opened, top = _open_or_parked(where_path, lim)
+    fmt, opened, top = _open_or_parked(where_path, lim, format)
+    if top is None:
+        try:
+            return load_plain(opened, target=target, rename=rename, select=select, where=where)
+        finally:
+            opened.close()
     try:
+        if rename is not None:
+            raise SerializationError(
+                f"{where}: rename= is only for files without a jaxstruct manifest; this "
+                "checkpoint's manifest names every array, so leave rename= out"
+            )
         if fmt.multiprocess and _multihost.process_count() > 1:
             # Every process reads collectively: one that never comes is named here.
             _multihost.barrier("load-start", path=where)
@@ -560,7 +591,9 @@ def _load(
     return value if select is None else select(value)
 
 
-def _open_or_parked(path: Any, lim: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
+def _open_or_parked(
+    path: Any, lim: Limits, format: str | None
+) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
     """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs.
 
     Where the directory swap takes two renames (no ``renameat2``), the old
@@ -569,7 +602,7 @@ def _open_or_parked(path: Any, lim: Limits) -> tuple[Format, OpenedCheckpoint, d
     """
     for _ in range(3):
         try:
-            return open_checkpoint(path, lim)
+            return open_any(path, lim, format)
         except FileNotFoundError:
             if not isinstance(path, Path):
                 raise
@@ -578,10 +611,10 @@ def _open_or_parked(path: Any, lim: Limits) -> tuple[Format, OpenedCheckpoint, d
                 raise
         for candidate in found:
             try:
-                return open_checkpoint(candidate, lim)
+                return open_any(candidate, lim, format)
             except FileNotFoundError:
                 continue  # deleted meanwhile: the new checkpoint is in place by now
-    return open_checkpoint(path, lim)
+    return open_any(path, lim, format)
 
 
 def _on_mesh(

@@ -30,6 +30,7 @@ __all__ = [
     "format_for_export",
     "format_named",
     "is_checkpoint",
+    "open_any",
     "open_checkpoint",
     "sniffs",
     "source_of",
@@ -184,7 +185,8 @@ def sniffs(fmt: Format, path: Any, errors: list[str] | None = None) -> bool:
 
 def _open_checked(
     fmt: Format, path: Any, limits: Limits
-) -> tuple[OpenedCheckpoint, dict[str, Any]]:
+) -> tuple[OpenedCheckpoint, dict[str, Any] | None]:
+    """Open ``path`` as ``fmt`` and parse its manifest (``None`` for a file without one)."""
     where = repr(str(path))
     try:
         opened = fmt.open(path, limits)
@@ -195,6 +197,8 @@ def _open_checked(
             f"{where}: the {fmt.name!r} format ({source_of(fmt)}) failed to open it "
             f"({type(err).__name__}: {err})"
         ) from err
+    if opened.manifest is None:  # a file another tool wrote (see ``_plain``)
+        return opened, None
     try:
         top = parse_manifest(opened.manifest, where)
         container = top["container"]
@@ -222,6 +226,27 @@ def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint
     When several formats recognise the path and none claims its suffix, each
     opens it in turn and the one whose name the manifest records wins.
     """
+    fmt, opened, top = open_any(path, limits)
+    if top is None:
+        opened.close()
+        raise SerializationError(
+            f"{str(path)!r}: this {fmt.name} file has no jaxstruct manifest (another tool "
+            "wrote it); load it with jaxstruct.io.load(path, target=...)"
+        )
+    return fmt, opened, top
+
+
+def open_any(
+    path: Any, limits: Limits, format: str | None = None
+) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
+    """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it.
+
+    ``format``: read ``path`` as this registered format instead of detecting it.
+    """
+    if format is not None:
+        fmt = format_named(format)
+        opened, top = _open_checked(fmt, path, limits)
+        return fmt, opened, top
     found = _candidates(path)
     if len(found) == 1:
         fmt = found[0]
@@ -236,13 +261,13 @@ def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint
             opened, top = _open_checked(other, path, limits)
             fmt = other
         return fmt, opened, top
-    matches: list[tuple[Format, OpenedCheckpoint, dict[str, Any]]] = []
+    matches: list[tuple[Format, OpenedCheckpoint, dict[str, Any] | None]] = []
     for fmt in found:
         try:
             opened, top = _open_checked(fmt, path, limits)
         except Exception:
             continue
-        if top["container"] == fmt.name:
+        if top is not None and top["container"] == fmt.name:
             matches.append((fmt, opened, top))
         else:
             opened.close()

@@ -150,13 +150,26 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 class OpenedCheckpoint:
     """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
 
+
     A format storing checksums may also define ``verify(table) -> list[str]``,
     checking every array against its checksum (one message per bad array);
     ``jaxstruct inspect --verify`` uses it. Without it, ``--verify`` reads the
     arrays one at a time and reports that no checksums were checked.
+
+    ``manifest`` is ``None`` for a file of the format that another tool wrote,
+    without a jaxstruct manifest: :meth:`tensors` then lists what it holds, and
+    :func:`jaxstruct.io.load` fills a ``target=`` from it by tree path.
     """
 
-    manifest: bytes
+    manifest: bytes | None
+
+    def tensors(self) -> dict[str, ArraySpec]:
+        """The stored tensors of a checkpoint without a manifest: ``name -> ArraySpec``.
+
+        Names are tree paths as :func:`jaxstruct.io.join_path` writes them
+        (``params.layers.0.w``); :meth:`read_arrays` then takes these names as keys.
+        """
+        raise NotImplementedError
 
     def read_arrays(self, table: ArrayTable, wanted: Mapping[str, Placement]) -> dict[str, Any]:
         """Read the arrays named in ``wanted`` and put each where its placement says.

@@ -46,7 +46,7 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
-from . import _read
+from . import _plain, _read
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
@@ -353,7 +353,8 @@ class OrbaxFormat(Format):
         return _OrbaxRemote()
 
     def sniff(self, path: Any) -> bool:
-        """A directory holding orbax's step metadata and jaxstruct's manifest item.
+        """A directory holding orbax's step metadata and jaxstruct's manifest item, or a
+        plain orbax pytree checkpoint (loaded into a ``target=``).
 
         URLs orbax cannot store to (``s3://``) are never orbax checkpoints.
         """
@@ -361,9 +362,10 @@ class OrbaxFormat(Format):
             return False
         p = _epath(path)
         try:
-            return (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
+            ours = (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
                 p / STEP_METADATA_FILE
             ).exists()
+            return ours or _plain.is_plain(p)
         except OSError:
             return False
 
@@ -377,6 +379,8 @@ class OrbaxFormat(Format):
                 "midway, or is still running); load another one"
             )
         file = p / MANIFEST_ITEM / _MANIFEST_FILE
+        if not file.exists() and _plain.is_plain(p):
+            return _plain.PlainOrbaxCheckpoint(p, limits, where)
         try:
             size = file.stat().length
         except FileNotFoundError:

@@ -1,0 +1,213 @@
+"""Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path.
+
+A file written by another tool (``safetensors.flax.save_file``, a plain
+``orbax`` ``StandardCheckpointer``) holds named tensors and nothing about
+classes. A format opens such a file as an :class:`OpenedCheckpoint` whose
+``manifest`` is ``None`` and whose ``tensors()`` lists what it holds; then
+:func:`jaxstruct.io.load` needs a ``target=``, and everything but the array
+values comes from the target: its classes, its static fields, its non-array
+leaves, and the placement (sharding) of every array.
+
+Each array leaf of the target is named by its tree path (the key path of
+``jax.tree_util.tree_flatten_with_path``) with :func:`join_path`:
+``params.layers.0.w``. A tensor name is first passed through ``rename=``
+(a mapping, or a function returning the new name or ``None`` to ignore the
+tensor), then matched to the leaf of the same name. Every tensor and every
+leaf left unmatched is named in one error. No module is imported and no code
+of the file is run: the file only supplies bytes of the dtype and shape the
+target declares, checked before anything is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from jaxstruct.registry import SerializationError
+
+from ._formats import ArraySpec, OpenedCheckpoint
+from ._paths import escape_step
+
+__all__ = ["Rename", "join_path", "load_plain", "path_step"]
+
+#: ``rename=``: stored tensor name -> leaf name (a missing name is kept), or a function
+#: returning the leaf name, or ``None`` to ignore that tensor.
+Rename = Mapping[str, str] | Callable[[str], "str | None"]
+
+_SHOWN = 20  # names listed in an error, per kind
+
+
+def path_step(step: object) -> str:
+    """One step of a tree path as text, escaped as :func:`escape_step` does.
+
+    A dict key ``"a.b"`` and the nested keys ``"a"``, ``"b"`` get different
+    names (``a%2Eb`` and ``a.b``).
+
+    Example:
+        >>> path_step("w"), path_step(3), path_step("v1.2/x")
+        ('w', '3', 'v1%2E2%2Fx')
+    """
+    return escape_step(str(step))
+
+
+def join_path(steps: Iterable[object]) -> str:
+    """The name of a tree path: its escaped steps (:func:`path_step`) joined by ``.``.
+
+    Example:
+        >>> join_path(["params", "layers", 0, "w"])
+        'params.layers.0.w'
+    """
+    return ".".join(path_step(s) for s in steps)
+
+
+def _key_step(entry: Any) -> object:
+    """The step of one ``jax.tree_util`` key entry: dict key, index or attribute name."""
+    for attr in ("key", "idx", "name"):  # DictKey / FlattenedIndexKey, SequenceKey, GetAttrKey
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    return str(entry)  # pragma: no cover - a key type JAX may add later
+
+
+def _is_array(leaf: Any) -> bool:
+    return hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+
+
+def _placement(leaf: Any) -> Any:
+    if isinstance(leaf, np.ndarray):
+        return None
+    return getattr(leaf, "sharding", None)
+
+
+def _renamer(rename: Rename | None, where: str) -> Callable[[str], str | None]:
+    if rename is None:
+        return lambda name: name
+    if isinstance(rename, Mapping):
+        table = dict(rename)
+        bad = [k for k, v in table.items() if not isinstance(k, str) or not isinstance(v, str)]
+        if bad:
+            raise TypeError(f"rename= must map tensor names to leaf names (str), got {bad[:3]}")
+        return lambda name: table.get(name, name)
+    if callable(rename):
+
+        def call(name: str) -> str | None:
+            try:
+                new = rename(name)
+            except Exception as err:
+                raise SerializationError(
+                    f"{where}: rename= failed on the tensor {name!r} ({type(err).__name__}: {err})"
+                ) from err
+            if new is not None and not isinstance(new, str):
+                raise SerializationError(
+                    f"{where}: rename= must return a leaf name (str) or None, got {new!r} for "
+                    f"the tensor {name!r}"
+                )
+            return new
+
+        return call
+    raise TypeError(f"rename= expected a mapping or a function, got {rename!r}")
+
+
+def _listing(names: Iterable[str]) -> str:
+    names = sorted(names)
+    shown = ", ".join(repr(n) for n in names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def _picked_leaves(select: Callable[[Any], Any], treedef: Any, count: int, where: str) -> set[int]:
+    """The indices of the target leaves inside the part ``select`` picks."""
+    import jax
+
+    markers = [jax.ShapeDtypeStruct((i,), np.uint8) for i in range(count)]
+    stand_in = jax.tree_util.tree_unflatten(treedef, markers)
+    try:
+        picked = select(stand_in)
+    except Exception as err:
+        raise SerializationError(
+            f"{where}: select={getattr(select, '__qualname__', select)!r} failed on the target "
+            f"({type(err).__name__}: {err})"
+        ) from err
+    by_id = {id(m): i for i, m in enumerate(markers)}
+    leaves = jax.tree_util.tree_leaves(picked, is_leaf=lambda x: id(x) in by_id)
+    return {by_id[id(leaf)] for leaf in leaves if id(leaf) in by_id}
+
+
+def load_plain(
+    opened: OpenedCheckpoint,
+    *,
+    target: Any,
+    rename: Rename | None,
+    select: Callable[[Any], Any] | None,
+    where: str,
+) -> Any:
+    """Fill ``target``'s array leaves with the tensors of a checkpoint without a manifest."""
+    import jax
+
+    if target is None:
+        raise SerializationError(
+            f"{where}: this file has no jaxstruct manifest (another tool wrote it), so it "
+            "says nothing about classes; pass target= a value of the structure to fill (a "
+            "struct of arrays or jax.ShapeDtypeStruct leaves), with rename= for tensor names "
+            "that differ from the target's tree paths"
+        )
+    tensors = opened.tensors()
+    rename_one = _renamer(rename, where)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(target)
+    leaf_of: dict[str, int] = {}
+    for i, (path, leaf) in enumerate(flat):
+        if _is_array(leaf):
+            leaf_of[join_path(_key_step(e) for e in path)] = i
+    wanted_leaves = set(leaf_of.values())
+    if select is not None:
+        wanted_leaves &= _picked_leaves(select, treedef, len(flat), where)
+    tensor_of: dict[int, str] = {}
+    unmatched: list[str] = []
+    for name in tensors:
+        new = rename_one(name)
+        if new is None:
+            continue
+        index = leaf_of.get(new)
+        if index is None:
+            unmatched.append(name if new == name else f"{name} (renamed {new})")
+            continue
+        if index in tensor_of:
+            raise SerializationError(
+                f"{where}: the tensors {tensor_of[index]!r} and {name!r} both name the leaf "
+                f"{new!r}; fix rename="
+            )
+        tensor_of[index] = name
+    missing = [n for n, i in leaf_of.items() if i in wanted_leaves and i not in tensor_of]
+    if missing or (unmatched and select is None):
+        parts = []
+        if missing:
+            parts.append(f"target leaves with no tensor: {_listing(missing)}")
+        if unmatched and select is None:
+            parts.append(f"tensors matching no target leaf: {_listing(unmatched)}")
+        raise SerializationError(
+            f"{where}: the file's tensors and the target's leaves do not match by tree path ("
+            + "; ".join(parts)
+            + "). Map tensor names to leaf names with rename= (a dict, or a function returning "
+            "the leaf name, or None to ignore a tensor)"
+        )
+    wanted: dict[str, Any] = {}
+    for index in sorted(wanted_leaves):
+        name, leaf = tensor_of[index], flat[index][1]
+        spec: ArraySpec = tensors[name]
+        try:
+            dtype = np.dtype(leaf.dtype)
+        except TypeError:
+            dtype = None
+        if dtype != spec.dtype or tuple(leaf.shape) != tuple(spec.shape):
+            leaf_name = next(n for n, i in leaf_of.items() if i == index)
+            raise SerializationError(
+                f"{where}: the tensor {name!r} is {spec.dtype} {tuple(spec.shape)}, but the "
+                f"target leaf {leaf_name!r} is {leaf.dtype} {tuple(leaf.shape)}"
+            )
+        wanted[name] = _placement(leaf)
+    table = {name: tensors[name] for name in wanted}
+    arrays = opened.read_arrays(table, wanted)
+    leaves = [
+        arrays[tensor_of[i]] if i in wanted_leaves else leaf for i, (_, leaf) in enumerate(flat)
+    ]
+    value = jax.tree_util.tree_unflatten(treedef, leaves)
+    return value if select is None else select(value)

@@ -1,0 +1,351 @@
+"""The ``safetensors`` format: one ``.safetensors`` file, tensors named by tree path.
+
+Writing: every array becomes the tensor named by its tree path
+(``params.layers.0.w``, :func:`jaxstruct.io.array_paths`), stored as it is when safetensors has
+its dtype (bool, ints, float16/32/64, bfloat16, float8 e4m3fn and e5m2) and
+otherwise in a documented portable form: complex arrays as their real view
+(``F32``/``F64`` with a trailing axis of 2: real, imaginary), every other
+dtype (other float8 kinds, int4, big-endian arrays) as raw bytes (``U8`` with a
+trailing axis of the item size). The file's ``__metadata__`` holds
+jaxstruct's manifest (``jaxstruct.manifest``) and, per array key, the tensor
+name and the form it was stored in (``jaxstruct.tensors``), so ``load``
+gives back the exact classes, static fields and dtypes; typed PRNG keys are
+stored as their key data (``uint32``) and rebuilt from the manifest.
+
+Reading: the header is checked by ``_header`` before anything else; a file
+with jaxstruct's metadata is a jaxstruct checkpoint, any other safetensors
+file opens without a manifest (its tensors fill a ``target=`` by tree path,
+through ``jaxstruct.io``). Tensors are read lazily, only those wanted, and
+each straight into its result buffers (``_read``).
+
+Files are written tensor by tensor from the arrays' own buffers (a sharded
+``jax.Array`` split along its first axis shard by shard), with the layout
+the safetensors library writes: the header padded to 8 bytes, tensors
+ordered by decreasing alignment then name, so that every tensor starts
+aligned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+from jaxstruct.io import (
+    ArraySpec,
+    Format,
+    Limits,
+    OpenedCheckpoint,
+    array_paths,
+    host_array,
+    host_pieces,
+)
+from jaxstruct.registry import SerializationError
+
+from ._header import Entry, Header, dtype_of, encode_header, read_header, stored_name
+from ._read import read_tensor
+
+__all__ = ["MANIFEST_KEY", "TENSORS_KEY", "SafetensorsFormat"]
+
+#: ``__metadata__`` entries written by jaxstruct.
+MANIFEST_KEY = "jaxstruct.manifest"
+TENSORS_KEY = "jaxstruct.tensors"
+_FORMS = frozenset({"complex", "bytes"})
+
+
+class Stored(NamedTuple):
+    """How one array key is stored: tensor name, form (``""``: as is) and memory order."""
+
+    name: str
+    form: str = ""
+    fortran: bool = False
+
+
+def _form(dtype: np.dtype) -> str:
+    """How an array of ``dtype`` is stored: as it is (``""``), its real view, or its bytes."""
+    if stored_name(dtype) is not None:
+        return ""
+    if dtype.kind == "c" and dtype.itemsize in (8, 16) and dtype.byteorder != ">":
+        return "complex"
+    return "bytes"
+
+
+def storage_of(dtype: np.dtype, shape: tuple[int, ...], form: str) -> tuple[str, tuple[int, ...]]:
+    """The safetensors dtype name and shape an array of ``dtype`` and ``shape`` is stored as."""
+    if form == "complex":
+        return ("F32" if dtype.itemsize == 8 else "F64"), (*shape, 2)
+    if form == "bytes":
+        return "U8", (*shape, dtype.itemsize)
+    name = stored_name(dtype)
+    if name is None:  # pragma: no cover - callers check the form first
+        raise SerializationError(f"dtype {dtype} has no safetensors name")
+    return name, shape
+
+
+def _fortran(arr: Any) -> bool:
+    return (
+        isinstance(arr, np.ndarray)
+        and arr.ndim > 1
+        and arr.flags.f_contiguous
+        and not arr.flags.c_contiguous
+    )
+
+
+def _write_bytes(file: Any, block: np.ndarray) -> None:
+    block = np.ascontiguousarray(block)
+    if block.size:
+        file.write(block.reshape(-1).view(np.uint8).data)
+
+
+def _write_array(file: Any, arr: Any) -> None:
+    """Write ``arr``'s bytes in C order, shard by shard when it is split along axis 0 only."""
+    if isinstance(arr, np.ndarray):
+        _write_bytes(file, arr)
+        return
+    pieces = host_pieces(arr)
+    whole_rows = all(
+        all(
+            (s.start in (None, 0)) and (s.stop in (None, n))
+            for s, n in zip(index[1:], arr.shape[1:], strict=False)
+        )
+        for index, _ in pieces
+    )
+    if not whole_rows or arr.ndim == 0:
+        _write_bytes(file, host_array(arr))
+        return
+    pieces.sort(key=lambda p: p[0][0].start or 0 if p[0] else 0)
+    row = 0
+    for index, piece in pieces:
+        start = (index[0].start or 0) if index else 0
+        if start != row:
+            _write_bytes(file, host_array(arr))  # pragma: no cover - pieces leave a gap
+            return
+        row = start + piece.shape[0]
+    for _, piece in pieces:
+        _write_bytes(file, piece)
+
+
+def _plan(manifest: bytes, arrays: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Stored]]:
+    """The ``__metadata__`` and the storage of each array key, in file order."""
+    try:
+        document = json.loads(manifest)
+        names = array_paths(document["manifest"])
+    except (ValueError, KeyError, IndexError, TypeError) as err:  # pragma: no cover - export's own
+        raise SerializationError(f"the manifest cannot be walked ({err})") from None
+    stored = {}
+    for key, arr in arrays.items():
+        dtype = np.dtype(arr.dtype)
+        # (Every array has a path; a key the walk missed keeps its own name.)
+        stored[key] = Stored(names.get(key, f"~{key}"), _form(dtype), _fortran(arr))
+
+    def alignment(key: str) -> tuple[int, str]:
+        dtype = np.dtype(arrays[key].dtype)
+        shape = tuple(arrays[key].shape)
+        tensor_dtype, _ = storage_of(dtype, shape, stored[key].form)
+        return -dtype_of(tensor_dtype).itemsize, stored[key].name
+
+    order = sorted(stored, key=alignment)
+    table = {
+        k: {
+            "name": s.name,
+            **({"as": s.form} if s.form else {}),
+            **({"order": "F"} if s.fortran else {}),
+        }
+        for k, s in stored.items()
+    }
+    metadata = {
+        MANIFEST_KEY: manifest.decode("utf-8"),
+        TENSORS_KEY: json.dumps(table, separators=(",", ":")),
+    }
+    return metadata, {k: stored[k] for k in order}
+
+
+class SafetensorsFormat(Format):
+    """``.safetensors`` files: tensors by tree path, jaxstruct's manifest in the metadata.
+
+    Chosen on export by the ``.safetensors`` suffix or ``format="safetensors"``;
+    loading detects it, and also reads safetensors files other tools wrote into
+    a ``target=`` (see ``docs/safetensors.md``).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> import jaxstruct.io as jio
+        >>> path = Path(tempfile.mkdtemp()) / "w.safetensors"
+        >>> _ = jio.export({"w": np.arange(3)}, path)
+        >>> jio.load(path)["w"]
+        array([0, 1, 2])
+    """
+
+    name = "safetensors"
+    suffixes = (".safetensors",)
+    is_directory = False
+
+    def write(
+        self,
+        target: Any,
+        manifest: bytes,
+        arrays: Mapping[str, Any],
+        *,
+        compression: str,
+        step: Callable[[str], None],
+    ) -> None:
+        """Write the header, then every tensor from the arrays' buffers; fsync."""
+        if compression == "deflate":
+            raise SerializationError(
+                'safetensors files are never compressed; leave compression="auto" or "none"'
+            )
+        metadata, plan = _plan(manifest, arrays)
+        entries = {}
+        for key, stored in plan.items():
+            arr = arrays[key]
+            dtype, shape = np.dtype(arr.dtype), tuple(arr.shape)
+            tensor_dtype, tensor_shape = storage_of(dtype, shape, stored.form)
+            entries[stored.name] = (
+                tensor_dtype,
+                tensor_shape,
+                int(np.prod(shape)) * dtype.itemsize,
+            )
+        with open(target, "xb") as file:
+            file.write(encode_header(metadata, entries))
+            for key in plan:
+                _write_array(file, arrays[key])
+            step("arrays-written")
+            file.flush()
+            os.fsync(file.fileno())
+        step("temp-synced")
+
+    def sniff(self, path: Any) -> bool:
+        """A file starting with a plausible header length and ``{``."""
+        try:
+            with open(path, "rb") as file:
+                head = file.read(9)
+                size = os.fstat(file.fileno()).st_size
+        except OSError:
+            return False
+        return (
+            len(head) == 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size
+        )
+
+    def owns(self, path: Any) -> bool:
+        """Whether ``path`` is a jaxstruct safetensors file (``overwrite`` replaces only those)."""
+        try:
+            with open(path, "rb") as file:
+                header = read_header(file, Limits(), repr(str(path)))
+        except (OSError, SerializationError):
+            return False
+        return MANIFEST_KEY in header.metadata
+
+    def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
+        """Read and check the header within ``limits``; tensors are read on demand."""
+        where = repr(str(path))
+        file = open(path, "rb")  # noqa: SIM115 - open until the checkpoint is closed
+        try:
+            header = read_header(file, limits, where)
+            stored = _stored_table(header, where) if MANIFEST_KEY in header.metadata else None
+        except BaseException:
+            file.close()
+            raise
+        return _Opened(file, header, stored, where)
+
+
+def _stored_table(header: Header, where: str) -> dict[str, Stored]:
+    """Check ``jaxstruct.tensors``: each array key's tensor, form and order."""
+    try:
+        table = json.loads(header.metadata.get(TENSORS_KEY, ""))
+    except ValueError:
+        raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not JSON") from None
+    if not isinstance(table, dict):
+        raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not an object")
+    out = {}
+    for key, info in table.items():
+        if (
+            not isinstance(info, dict)
+            or not isinstance(info.get("name"), str)
+            or not set(info) <= {"name", "as", "order"}
+            or info.get("as", "complex") not in _FORMS
+            or info.get("order", "F") != "F"
+        ):
+            raise SerializationError(f"{where}: malformed {TENSORS_KEY} entry for array {key!r}")
+        if info["name"] not in header.tensors:
+            raise SerializationError(
+                f"{where}: array {key!r} is stored as the tensor {info['name']!r}, which the "
+                "file does not hold"
+            )
+        out[key] = Stored(info["name"], info.get("as", ""), "order" in info)
+    return out
+
+
+class _Opened(OpenedCheckpoint):
+    def __init__(
+        self, file: Any, header: Header, stored: dict[str, Stored] | None, where: str
+    ) -> None:
+        self.file = file
+        self.header = header
+        self.stored = stored
+        self.where = where
+        self.manifest = None if stored is None else header.metadata[MANIFEST_KEY].encode("utf-8")
+
+    def tensors(self) -> dict[str, ArraySpec]:
+        return {
+            name: ArraySpec(e.dtype, e.shape, e.end - e.begin)
+            for name, e in self.header.tensors.items()
+        }
+
+    def _entry(self, key: str, spec: ArraySpec) -> tuple[Entry, bool]:
+        """The tensor holding ``key``, checked against the manifest's dtype and shape."""
+        if self.stored is None:
+            entry = self.header.tensors[key]
+            if entry.dtype != spec.dtype or entry.shape != tuple(spec.shape):  # pragma: no cover
+                raise SerializationError(f"{self.where}: tensor {key!r} changed")
+            return entry, False
+        stored = self.stored.get(key)
+        if stored is None:
+            raise SerializationError(f"{self.where}: the metadata does not say where {key!r} is")
+        entry = self.header.tensors[stored.name]
+        dtype, shape = np.dtype(spec[0]), tuple(spec[1])
+        if stored.form == "" and stored_name(dtype) is None:
+            raise SerializationError(
+                f"{self.where}: tensor {stored.name!r} claims to hold {dtype} as it is, which "
+                "safetensors has no name for"
+            )
+        want_dtype, want_shape = storage_of(dtype, shape, stored.form)
+        if entry.dtype != dtype_of(want_dtype):
+            raise SerializationError(
+                f"{self.where}: tensor {stored.name!r} is {entry.dtype}, but the manifest's "
+                f"{dtype} stored as {stored.form or 'itself'} needs {want_dtype}"
+            )
+        if entry.shape != want_shape:
+            raise SerializationError(
+                f"{self.where}: tensor {stored.name!r} has shape {entry.shape}, but the "
+                f"manifest says {shape} (stored as {want_shape})"
+            )
+        return entry, stored.fortran
+
+    def read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if self.stored is not None:
+            extra = sorted(set(self.stored) - set(table))[:5]
+            missing = sorted(set(table) - set(self.stored))[:5]
+            if extra or missing:
+                raise SerializationError(
+                    f"{self.where}: the metadata's tensor table and the manifest disagree "
+                    f"(unknown: {extra}, missing: {missing})"
+                )
+        out = {}
+        fd = self.file.fileno()
+        for key, placement in wanted.items():
+            spec = table[key]
+            entry, fortran = self._entry(key, spec)
+            dtype, shape = np.dtype(spec[0]), tuple(spec[1])
+            value = read_tensor(fd, entry.begin, dtype, shape, placement, where=self.where)
+            if fortran and placement is None:
+                value = np.asfortranarray(value)
+            out[key] = value
+        return out
+
+    def close(self) -> None:
+        self.file.close()
