@@ -5,8 +5,9 @@
 jaxstruct-orbax needs a newer JAX than the other layers (its floor is above
 theirs), so a lowest-direct resolution that includes it never reaches the other
 layers' JAX floor. This edits the root pyproject.toml of a copy of the tree (never
-the repository's own): the umbrella no longer depends on jaxstruct-orbax and the
-workspace excludes packages/orbax. The copy is locked and synced so; the tests then
+the repository's own): the umbrella no longer depends on jaxstruct-orbax, the
+workspace excludes packages/orbax, and the peers group (never installed at the
+floors, but resolved all the same) is emptied. The copy is locked and synced so; the tests then
 run with the original pyproject.toml put back. Each edit must match exactly once,
 so a changed pyproject.toml fails here with the text it looked for.
 """
@@ -30,6 +31,10 @@ EDITS = [
         r"(\[tool\.uv\.workspace\]\nmembers = \[[^\]]*\])",
         r'\1\nexclude = ["packages/orbax"]',
     ),
+    # The peers (optax, flax, equinox) are never installed at the floors, but a
+    # lowest resolution still resolves them: flax's orbax-checkpoint would lift JAX
+    # from 0.4.36 to 0.6.0 here. The group stays, empty, for `--no-group peers`.
+    ("empty the peers dependency group", r"\npeers = \[[^\]]*\]", "\npeers = []"),
 ]
 
 
