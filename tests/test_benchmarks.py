@@ -107,7 +107,7 @@ def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
     assert cells[3][1].startswith("+") and cells[3][1].endswith("x data")
 
 
-def test_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
+def test_orbax_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
     """bench_mesh_restore.py compares load(mesh=) with a hand-built target: time and peak."""
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_mesh_restore.py"), "--gib=0.01", "--rounds=1"],
