@@ -52,7 +52,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _fresh import run_child
 from _memory import aligned, reset_peak, status
 
 N_ARRAYS = 64
@@ -303,16 +303,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(HERE), "--child", json.dumps(job)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD": "1"},
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"benchmark child {job['kind']} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(HERE, job, env={"JAXSTRUCT_IO_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
 
 def _clear(*paths: Path) -> None:

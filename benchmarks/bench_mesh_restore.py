@@ -28,7 +28,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jaxstruct.io as jio
+from _fresh import run_child
 from bench_orbax import COLS, GiB, _data, _measure, _shape
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -76,15 +76,7 @@ def _child(job: dict[str, Any]) -> dict[str, float]:
 
 
 def _run(job: dict[str, Any]) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, str(HERE), "--child", json.dumps(job)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"benchmark child {job['side']} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(HERE, job)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,6 @@ import gc
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +61,7 @@ import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
 import orbax.checkpoint as ocp
+from _fresh import run_child
 from _memory import aligned, reset_peak, status
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -302,17 +302,7 @@ SIDES = ("limit", "orbax", "ours")
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(HERE), "--child", json.dumps(job)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(
-            f"benchmark child {job['kind']}/{job['side']} failed:\n{out.stderr[-3000:]}"
-        )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(HERE, job)
 
 
 def _rotated(items: tuple[str, ...], r: int) -> tuple[str, ...]:
