@@ -20,13 +20,18 @@ in how ``__init__`` stores them:
 
 The gap between ``Plain`` and the others is the price of immutability on this
 interpreter; see ``benchmarks/README.md`` for the measured numbers.
+
+``PlainLink``, ``FrozenLink`` and ``DictFillLink`` store the same ways the
+chain model's three fields (``x child depth``): built into a chain, they show
+how each way of storing fares on a small class against the flat one, which is
+what the chain / flat construction target compares.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DictFill", "Frozen", "Plain"]
+__all__ = ["DictFill", "DictFillLink", "Frozen", "FrozenLink", "Plain", "PlainLink"]
 
 _osa = object.__setattr__
 
@@ -73,3 +78,38 @@ class DictFill:
         fields["d"] = d
         fields["step"] = step
         fields["tag"] = tag
+
+
+class PlainLink:
+    """A chain link of ``Plain``'s kind."""
+
+    def __init__(self, x: Any, child: Any, depth: int) -> None:
+        self.x = x
+        self.child = child
+        self.depth = depth
+
+
+class FrozenLink:
+    """A chain link of ``Frozen``'s kind."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __init__(self, x: Any, child: Any, depth: int) -> None:
+        osa = _osa
+        osa(self, "x", x)
+        osa(self, "child", child)
+        osa(self, "depth", depth)
+
+
+class DictFillLink:
+    """A chain link of ``DictFill``'s kind."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __init__(self, x: Any, child: Any, depth: int) -> None:
+        fields = self.__dict__
+        fields["x"] = x
+        fields["child"] = child
+        fields["depth"] = depth

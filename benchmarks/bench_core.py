@@ -23,7 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from _floor import DictFill, Frozen, Plain
+from _floor import DictFill, DictFillLink, Frozen, FrozenLink, Plain, PlainLink
 from _harness import Cell, CellResult, Ratio, Settings, run_cell
 from _models import IMPLEMENTATION_NOTES, Impl, load_impls
 
@@ -220,6 +220,7 @@ class Report:
     results: dict[tuple[str, str], CellResult]
     scaling: dict[str, CellResult]
     floor: CellResult | None
+    floor_chain: CellResult | None  # the same classes' kinds as chain links (chain model)
     load: tuple[float, float]  # 1-minute load average at the start and at the end
     impls: list[str]
     failures: dict[str, str]
@@ -306,7 +307,7 @@ def run(
             settings,
         )
 
-    floor = _construct_floor(impls, leaves, settings) if classdef else None
+    floor, floor_chain = _construct_floor(impls, leaves, settings) if classdef else (None, None)
 
     scaling_results: dict[str, CellResult] = {}
     if scaling:
@@ -325,6 +326,7 @@ def run(
         results,
         scaling_results,
         floor,
+        floor_chain,
         (load_before, os.getloadavg()[0]),
         [i.name for i in impls],
         failures,
@@ -343,8 +345,16 @@ FLOOR_ROWS = {
 }
 
 
-def _construct_floor(impls: list[Impl], leaves: dict[str, Any], settings: Settings) -> CellResult:
-    """Time constructing the flat model's six fields with the reference classes of ``_floor``."""
+def _construct_floor(
+    impls: list[Impl], leaves: dict[str, Any], settings: Settings
+) -> tuple[CellResult, CellResult | None]:
+    """Time the flat model's and the chain model's construction with the classes of ``_floor``.
+
+    The chain cell runs the chain model's own statement with ``L`` bound to
+    each reference link class (or to the baseline's and the subject's ``L``),
+    and builds the baseline's and the subject's single, unlinked links too
+    (``ONE_LINK``): what depth alone costs, with the class held the same.
+    """
     args = "a=a, b=b, c=c, d=d, step=1, tag='t'"
     variants: dict[str, tuple[str, dict[str, Any]]] = {
         "plain": (f"Plain({args})", {**leaves, "Plain": Plain}),
@@ -354,7 +364,25 @@ def _construct_floor(impls: list[Impl], leaves: dict[str, Any], settings: Settin
     for impl in impls:
         if impl.name in (BASE, SUBJECT):
             variants[impl.name] = (f"S({args})", {**impl.ns, **leaves})
-    return _run_logged(Cell("flat", "construct floor", variants), settings)
+    flat = _run_logged(Cell("flat", "construct floor", variants), settings)
+    base = next((impl for impl in impls if impl.name == BASE), None)
+    if base is None:
+        return flat, None
+    chain = _model_stmts(base, "chain")[0]
+    scope = {**leaves, "_range": range(DEPTH)}
+    links: dict[str, tuple[str, dict[str, Any]]] = {
+        "plain": (chain, {**scope, "L": PlainLink}),
+        "frozen": (chain, {**scope, "L": FrozenLink}),
+        "dict fill": (chain, {**scope, "L": DictFillLink}),
+    }
+    for impl in impls:
+        if impl.name in (BASE, SUBJECT):
+            links[impl.name] = (chain, {**scope, "L": impl.ns["L"]})
+            links[f"{impl.name}{ONE_LINK}"] = (
+                "_obj = L(x=a, child=None, depth=1)",
+                {**scope, "L": impl.ns["L"]},
+            )
+    return flat, _run_logged(Cell("chain", "construct floor", links), settings)
 
 
 def _run_logged(cell: Cell, settings: Settings) -> CellResult:
@@ -491,13 +519,42 @@ def _scaling_table(report: Report) -> str:
     return _table(header, rows)
 
 
-def _floor_table(res: CellResult) -> str:
+ONE_LINK = " one link"  # label suffix: a single chain link built alone
+
+
+def _depth_line(chain: CellResult) -> str:
+    """Say how the subject's chain ratio compares with its ratio for one link built alone."""
+    linked = chain.ratio(SUBJECT, BASE)
+    alone = chain.ratio(f"{SUBJECT}{ONE_LINK}", f"{BASE}{ONE_LINK}")
+    if linked is None or alone is None:
+        return ""
+    return (
+        f"Depth alone: `{SUBJECT}` builds one chain link by itself at {alone} of {BASE}'s "
+        f"time and a chain of {DEPTH} links at {linked}; the chain costs "
+        f"{linked.median / alone.median:.2f}x its single-link ratio (same class, same fields)."
+    )
+
+
+def _floor_table(res: CellResult, chain: CellResult | None) -> str:
+    """The floor table; with ``chain``, each class's chain ratio and chain ratio / flat ratio.
+
+    The last column is what the chain / flat construction target computes for
+    ``jaxstruct``, here for every way of storing fields.
+    """
     rows = []
     for name, what in FLOOR_ROWS.items():
         ratio = res.ratio(name, BASE)
-        if ratio is not None:
-            rows.append([name, what, _fmt_time(res.median(name)), f"{ratio}"])
-    return _table(["class", "stores fields with", "time", f"ratio to {BASE}"], rows)
+        if ratio is None:
+            continue
+        row = [name, what, _fmt_time(res.median(name)), f"{ratio}"]
+        linked = chain.ratio(name, BASE) if chain is not None else None
+        if chain is not None:
+            row += [f"{linked}", f"{linked.median / ratio.median:.2f}"] if linked else ["—", "—"]
+        rows.append(row)
+    header = ["class", "stores fields with", "time", f"ratio to {BASE}"]
+    if chain is not None:
+        header += [f"chain of {DEPTH}: ratio to {BASE}", "chain / flat"]
+    return _table(header, rows)
 
 
 def _peer_versions() -> str:
@@ -546,11 +603,13 @@ def render(report: Report) -> str:
         parts += ["### Scaling: wide model, per-leaf cost", "", _scaling_table(report), ""]
     if report.floor is not None:
         parts += [
-            "### Where construction time goes (flat model, six fields)",
+            "### Where construction time goes (flat model, six fields; chain links, three)",
             "",
-            _floor_table(report.floor),
+            _floor_table(report.floor, report.floor_chain),
             "",
         ]
+        depth = _depth_line(report.floor_chain) if report.floor_chain is not None else ""
+        parts += [depth, ""] if depth else []
     if report.failures:
         parts += ["### Left out", ""]
         parts += [f"- {name}: {why}" for name, why in report.failures.items()]
@@ -568,6 +627,9 @@ def to_json(report: Report) -> dict[str, Any]:
         ],
         "scaling": {op: {"times": res.times} for op, res in report.scaling.items()},
         "construct_floor": report.floor.times if report.floor is not None else None,
+        "construct_floor_chain": (
+            report.floor_chain.times if report.floor_chain is not None else None
+        ),
         "failures": report.failures,
         "medians": {
             f"{op}/{model}": {k: statistics.median(v) for k, v in res.times.items()}

@@ -48,6 +48,43 @@ def test_core_benchmark_runs_and_reports_ratios() -> None:
     assert "error" not in out
 
 
+def test_construction_floor_table_gives_each_class_its_chain_over_flat_ratio() -> None:
+    """The floor table builds the chain model with every reference class too.
+
+    Its last column is the chain / flat construction target's figure for each
+    way of storing fields, so a run shows what that target asks of any store;
+    the line after it compares a chain with one link of the same class.
+    """
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import bench_core\n"
+        "from _harness import Settings\n"
+        "from _models import load_impls\n"
+        "impls, _ = load_impls(['regdc', 'jaxstruct'])\n"
+        "settings = Settings(rounds=2, repeats=1, target=0.0002)\n"
+        "flat, chain = bench_core._construct_floor(impls, bench_core._leaves(), settings)\n"
+        "print(bench_core._floor_table(flat, chain))\n"
+        "print(bench_core._depth_line(chain))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(BENCH)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    *table, depth = out.strip().splitlines()
+    header, _, *rows = table
+    assert header.endswith("| chain of 50: ratio to regdc | chain / flat |"), header
+    names = [row.strip("|").split("|")[0].strip() for row in rows]
+    assert names == ["plain", "frozen", "dict fill", "regdc", "jaxstruct"]
+    for row in rows:
+        chain_over_flat = row.strip("|").split("|")[-1].strip()
+        assert float(chain_over_flat) > 0, row
+    # The same class built alone and as a chain: what depth itself costs.
+    assert depth.startswith("Depth alone: `jaxstruct` builds one chain link by itself at "), depth
+
+
 def test_benchmark_report_names_the_interpreter() -> None:
     """benchmarks/run.py starts its report with the interpreter's implementation and version."""
     out = subprocess.run(
