@@ -173,3 +173,24 @@ def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 5, rows  # the heading and four targets
     assert all(row.rstrip(" |").endswith(("met", "MISSED")) for row in rows[1:]), rows
+
+
+def test_chain_target_divides_the_chain_ratio_by_one_links() -> None:
+    """The chain target checks depth alone: chain ratio over one link's, same classes."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(BENCH)!r})\n"
+        "import bench_core as b\n"
+        "from _harness import CellResult\n"
+        "L = b.ONE_LINK\n"
+        "times = {b.SUBJECT: [2.0, 2.0], b.BASE: [1.0, 1.0],\n"
+        "         b.SUBJECT + L: [3.0, 3.0], b.BASE + L: [2.0, 2.0]}\n"
+        "chain = CellResult('chain', 'construct floor', times)\n"
+        "report = b.Report({}, {}, None, chain, (0.0, 0.0), [], {}, None, 0.0)\n"
+        "v = next(v for v in b._verdicts(report) if v.what.startswith('construct: chain'))\n"
+        "print(v.what, round(v.ratio.median, 4), v.ok)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    # chain 2.0 / 1.0 against one link 3.0 / 2.0: 2 / 1.5 = 1.3333, over 1.10
+    assert out == "construct: chain of 50 ratio / one-link ratio 1.3333 False", out
