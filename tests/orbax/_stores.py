@@ -18,6 +18,7 @@ class Served:
     and the object names under a prefix of the bucket (read from the server itself)."""
 
     root: str  # "gs://bucket" or "s3://bucket"
+    url: str  # the server's own http:// URL
     env: dict[str, str]
     objects: Callable[[str], list[str]]
 
@@ -28,11 +29,13 @@ def serve(kind: str) -> Iterator[Served]:
     if kind == "gcs":
         with _gcs.fake_gcs() as url:
             yield Served(
-                f"gs://{_gcs.BUCKET}", _gcs.emulator_env(url), lambda p: _gcs.objects(url, p)
+                f"gs://{_gcs.BUCKET}", url, _gcs.emulator_env(url), lambda p: _gcs.objects(url, p)
             )
     elif kind == "s3":
         with _s3.moto_s3() as url:
-            yield Served(f"s3://{_s3.BUCKET}", _s3.emulator_env(url), lambda p: _s3.objects(url, p))
+            yield Served(
+                f"s3://{_s3.BUCKET}", url, _s3.emulator_env(url), lambda p: _s3.objects(url, p)
+            )
     else:
         raise ValueError(kind)
 

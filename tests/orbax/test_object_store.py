@@ -58,3 +58,69 @@ def test_urls_orbax_cannot_store_to_are_refused_clearly(url: str) -> None:
         jio.export({"w": np.ones(2)}, url, format="orbax")
     with pytest.raises(SerializationError, match=r"no registered format .* recognises"):
         jio.load(url)
+
+
+_EXPLICIT = """
+import os, sys, jax
+jax.config.update("jax_num_cpu_devices", 8)
+import numpy as np, jaxstruct.io as jio
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jaxstruct.orbax import configure_s3
+
+NAMES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+assert not set(NAMES) & set(os.environ)
+configure_s3(
+    endpoint=sys.argv[2], region="us-east-1",
+    access_key_id="throwaway", secret_access_key="throwaway",
+)
+mesh = jax.make_mesh((8,), ("x",))
+w = jax.device_put(np.arange(64.0).reshape(8, 8), NamedSharding(mesh, P("x")))
+url = sys.argv[1] + "/ck"
+jio.export({"w": w}, url, format="orbax")
+jio.export({"w": w + 1}, url, format="orbax", overwrite=True)
+np.testing.assert_array_equal(np.asarray(jio.load(url, mesh=mesh)["w"]), np.asarray(w + 1))
+manager = jio.CheckpointManager(sys.argv[1] + "/run", format="orbax", keep=1)
+manager.save(1, {"w": w})
+manager.save(2, {"w": w})
+manager.wait()
+assert manager.all_steps() == [2], manager.all_steps()
+assert not set(NAMES) & set(os.environ)
+print("OK")
+"""
+
+
+def test_explicit_s3_settings_without_aws_variables() -> None:
+    """configure_s3(endpoint=, region=, keys) alone reaches the server: no AWS_* variable
+    names it (without the endpoint, every client would ask Amazon's own)."""
+    with serve("s3") as store:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.pop("XLA_FLAGS", None)
+        env.update(
+            JAX_PLATFORMS="cpu",
+            AWS_CONFIG_FILE=os.devnull,  # no profile of the machine's user is read
+            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+            AWS_EC2_METADATA_DISABLED="true",
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", _EXPLICIT, f"{store.root}/explicit", store.url],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+            check=False,
+        )
+        assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
+        stored = store.objects("explicit/")
+        assert "explicit/ck/commit_success.txt" in stored, stored
+        assert "explicit/run/2/commit_success.txt" in stored, stored
+        assert not any(name.startswith("explicit/run/1/") for name in stored), stored
+
+
+def test_configure_s3_refuses_half_a_key() -> None:
+    from jaxstruct.orbax import configure_s3
+    from jaxstruct.registry import SerializationError
+
+    with pytest.raises(SerializationError, match="access_key_id and secret_access_key together"):
+        configure_s3(access_key_id="only-this")
+    with pytest.raises(SerializationError, match="http:// or https://"):
+        configure_s3(endpoint="127.0.0.1:9000")

@@ -12,6 +12,7 @@ minor version in this distribution's requirements).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -102,6 +103,7 @@ def route_s3(kvstore: Callable[[str, str], dict[str, Any]]) -> None:
     if getattr(original, "_jaxstruct_s3", False):
         return
 
+    @functools.wraps(original)
     def build(directory: Any, *args: Any, **kwargs: Any) -> Any:
         text = str(directory)
         if not text.startswith("s3://"):

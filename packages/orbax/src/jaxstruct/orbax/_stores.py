@@ -15,8 +15,12 @@ renaming a temporary directory (:func:`atomicity`).
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 from jaxstruct.registry import SerializationError
@@ -28,6 +32,7 @@ __all__ = [
     "atomicity",
     "check_url",
     "committed",
+    "configure_s3",
     "is_store_url",
     "s3_kvstore",
     "scheme",
@@ -102,19 +107,133 @@ def committed(p: Any) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _S3Settings:
+    endpoint: str | None
+    region: str | None
+    credentials: dict[str, str] | None  # tensorstore's aws_credentials
+
+
+_s3: _S3Settings | None = None  # set by configure_s3; None: the AWS_* variables
+
+
+def configure_s3(
+    *,
+    endpoint: str | None = None,
+    region: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+    session_token: str | None = None,
+) -> None:
+    """Reach every ``s3://`` URL of this process with these settings instead of ``AWS_*``.
+
+    Both layers that touch a checkpoint in S3 get them: tensorstore's ``s3``
+    driver (the arrays) in its spec, and s3fs (orbax's path layer) through
+    fsspec's configuration for ``s3``, which is per process (orbax opens paths
+    by URL alone), so the settings are too. ``os.environ`` is not changed.
+    Tensorstore takes keys only from the environment or a credentials file:
+    given keys are written to a file only this user can read, in a new
+    temporary directory removed when the process exits. A setting left
+    ``None`` falls back to its ``AWS_*`` variable; ``configure_s3()`` with
+    none goes back to the variables alone.
+
+    Args:
+        endpoint: an S3-compatible server (``"http://127.0.0.1:9000"``).
+        region: the region requests are signed for (``"us-east-1"``).
+        access_key_id: with ``secret_access_key`` (and ``session_token`` for
+            temporary credentials), the keys requests are signed with.
+        secret_access_key: see ``access_key_id``.
+        session_token: see ``access_key_id``.
+
+    Raises:
+        SerializationError: only one of ``access_key_id`` and ``secret_access_key``
+            is given, or ``endpoint`` is not an http(s) URL.
+
+    Example:
+        >>> from jaxstruct.orbax import configure_s3
+        >>> configure_s3(endpoint="http://127.0.0.1:9000", region="us-east-1")
+        >>> configure_s3()  # back to the AWS_* variables
+    """
+    global _s3
+    if (access_key_id is None) != (secret_access_key is None):
+        raise SerializationError(
+            "configure_s3() needs access_key_id and secret_access_key together (or neither, "
+            "for the keys of the AWS_* variables)"
+        )
+    if endpoint is not None and scheme(endpoint) not in ("http", "https"):
+        raise SerializationError(
+            f"configure_s3(endpoint={endpoint!r}) must be an http:// or https:// URL"
+        )
+    credentials = None
+    options: dict[str, Any] = {}
+    if endpoint is not None:
+        options["endpoint_url"] = endpoint
+    if region is not None:
+        options["client_kwargs"] = {"region_name": region}
+    if access_key_id is not None and secret_access_key is not None:
+        options.update(key=access_key_id, secret=secret_access_key)
+        if session_token is not None:
+            options["token"] = session_token
+        credentials = _credentials_file(access_key_id, secret_access_key, session_token)
+    import fsspec.config
+
+    if options:
+        fsspec.config.conf["s3"] = options
+    else:
+        fsspec.config.conf.pop("s3", None)
+    _forget_path_layer()
+    _s3 = _S3Settings(endpoint, region, credentials) if options else None
+
+
+def _credentials_file(key: str, secret: str, token: str | None) -> dict[str, str]:
+    """Tensorstore's ``aws_credentials`` for these keys: a profile in a private file."""
+    folder = tempfile.mkdtemp(prefix="jaxstruct-s3-")  # mode 0700: this user only
+    atexit.register(shutil.rmtree, folder, True)
+    lines = ["[jaxstruct]", f"aws_access_key_id = {key}", f"aws_secret_access_key = {secret}"]
+    if token is not None:
+        lines.append(f"aws_session_token = {token}")
+    files = {"credentials_file": "\n".join(lines) + "\n", "config_file": ""}
+    out = {"type": "profile", "profile": "jaxstruct"}
+    for name, text in files.items():
+        path = os.path.join(folder, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        out[name] = path
+    return out
+
+
+def _forget_path_layer() -> None:
+    """Make orbax's path layer open its s3 file system anew (with fsspec's new settings)."""
+    try:
+        from etils.epath import backend
+    except ImportError:  # pragma: no cover - a dependency of orbax-checkpoint
+        return
+    cached: Any = getattr(getattr(backend, "fsspec_backend", None), "_get_filesystem", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+
+
 def s3_kvstore(bucket: str, path: str) -> dict[str, Any]:
-    """Tensorstore's ``s3`` kvstore spec for ``s3://bucket/path``, configured from the
-    environment: ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (an S3-compatible
-    server), ``AWS_REGION`` or ``AWS_DEFAULT_REGION``, and, when
-    ``AWS_ACCESS_KEY_ID`` is set, the credentials in the environment only (no other
-    provider of the default chain is asked)."""
+    """Tensorstore's ``s3`` kvstore spec for ``s3://bucket/path``: the settings of
+    :func:`configure_s3`, else the environment's: ``AWS_ENDPOINT_URL_S3`` or
+    ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_REGION`` or
+    ``AWS_DEFAULT_REGION``, and, when ``AWS_ACCESS_KEY_ID`` is set, the credentials in
+    the environment only (no other provider of the default chain is asked)."""
     spec: dict[str, Any] = {"driver": "s3", "bucket": bucket, "path": path}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    given = _s3 or _S3Settings(None, None, None)
+    endpoint = (
+        given.endpoint
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
     if endpoint:
         spec["endpoint"] = endpoint
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = given.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         spec["aws_region"] = region
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
+    if given.credentials is not None:
+        spec["aws_credentials"] = dict(given.credentials)
+    elif os.environ.get("AWS_ACCESS_KEY_ID"):
         spec["aws_credentials"] = {"type": "environment"}
     return spec
