@@ -23,6 +23,7 @@ from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest
 from ._partial import outside_selection, undecoded_codec
 from ._plain import Rename, load_plain
+from ._remote import RemoteDirectory
 from ._shardings import mesh_placements
 from ._targets import match_target
 
@@ -57,7 +58,7 @@ def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -
 def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
     """Refuse an existing target that may not be replaced; return whether one exists (ours)."""
     if isinstance(target, str):
-        if overwrite and fmt.remote_directory() is None:
+        if overwrite and not _replaces_at_urls(fmt):
             raise SerializationError(
                 f"{target!r}: the {fmt.name!r} format cannot replace a checkpoint at a URL "
                 '(overwrite=True); export to a new path, or use format="orbax"'
@@ -77,6 +78,15 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
             )
         return True
     return False
+
+
+def _replaces_at_urls(fmt: Format) -> bool:
+    """Whether ``fmt`` can replace a checkpoint at a URL: it publishes atomically and its
+    remote directory stages replacements."""
+    remote = fmt.remote_directory() if fmt.publishes_atomically else None
+    return remote is not None and (
+        type(remote).stage_replacement is not RemoteDirectory.stage_replacement
+    )
 
 
 def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
