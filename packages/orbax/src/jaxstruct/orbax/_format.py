@@ -51,7 +51,7 @@ from ._bucket import OrbaxRemote, replacement
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
-from ._stores import atomicity, committed, is_store_url, to_path
+from ._stores import committed, is_store_url, temporary_path_class, to_path
 
 __all__ = ["OrbaxFormat"]
 
@@ -181,7 +181,7 @@ def _handler(compression: str | None = None, target: Any = None) -> Any:
     ocp = _ocp()
     processes = _processes()
     options = ocp.CompositeOptions(
-        multiprocessing_options=processes, atomicity_options=atomicity(target)
+        multiprocessing_options=processes, temporary_path_class=temporary_path_class(target)
     )
     if compression is None:
         return ocp.CompositeCheckpointHandler(composite_options=options)
@@ -202,13 +202,15 @@ def _checkpointer(handler: Any, target: Any, *, background: bool = False) -> Any
     ocp = _ocp()
     if not background:
         return ocp.Checkpointer(
-            handler, multiprocessing_options=_processes(), atomicity_options=atomicity(target)
+            handler,
+            multiprocessing_options=_processes(),
+            temporary_path_class=temporary_path_class(target),
         )
     return ocp.AsyncCheckpointer(
         handler,
         async_options=ocp.options.AsyncOptions(timeout_secs=max(1, round(sync_timeout()))),
         multiprocessing_options=_processes(),
-        atomicity_options=atomicity(target),
+        temporary_path_class=temporary_path_class(target),
     )
 
 

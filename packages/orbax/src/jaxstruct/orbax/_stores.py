@@ -10,7 +10,7 @@ region in its spec, which :func:`s3_kvstore` builds from the same variables.
 
 Object stores have no atomic rename: a checkpoint there is committed by
 orbax's commit marker (``commit_success.txt``, written last), never by
-renaming a temporary directory (:func:`atomicity`).
+renaming a temporary directory (:func:`temporary_path_class`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from ._orbax_internals import route_s3
 
 __all__ = [
     "COMMIT_MARKER",
-    "atomicity",
     "check_url",
     "committed",
     "configure_s3",
     "is_store_url",
     "s3_kvstore",
     "scheme",
+    "temporary_path_class",
     "to_path",
 ]
 
@@ -84,14 +84,16 @@ def to_path(path: Any) -> Any:
     return epath.Path(path)
 
 
-def atomicity(target: Any) -> Any:
-    """Orbax's atomicity options for ``target``: in an object store a commit marker written
-    last, never a rename; elsewhere (``None``) orbax's default, a temporary and a rename."""
+def temporary_path_class(target: Any) -> Any:
+    """How orbax commits a save at ``target``: in an object store, its commit marker written
+    last (``CommitFileTemporaryPath``), never a rename; elsewhere (``None``) its default, a
+    temporary directory renamed into place. Every orbax-checkpoint 0.12 takes this class
+    (``AtomicityOptions`` came later in 0.12)."""
     if not is_store_url(str(target)):
         return None
     import orbax.checkpoint as ocp
 
-    return ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
+    return ocp.path.atomicity.CommitFileTemporaryPath
 
 
 def committed(p: Any) -> bool:
@@ -100,7 +102,8 @@ def committed(p: Any) -> bool:
     import orbax.checkpoint as ocp
 
     try:
-        return bool(ocp.path.step.is_path_finalized(p, atomicity_options=atomicity(p)))
+        finalized = ocp.path.step.is_path_finalized
+        return bool(finalized(p, temporary_path_cls=temporary_path_class(p)))
     except AttributeError:  # an orbax-checkpoint that moved it: its marker's name
         return not is_store_url(str(p)) or (p / COMMIT_MARKER).exists()
     except OSError:
