@@ -2,11 +2,12 @@
 
 Two libraries touch a checkpoint in a bucket: orbax's path layer
 (``etils.epath``, through fsspec's gcsfs or s3fs) writes the small files and
-lists directories, and tensorstore writes the arrays. Both read the variables
-every Google and AWS client reads (``STORAGE_EMULATOR_HOST``;
-``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_REGION``), except that tensorstore's ``s3`` driver takes the endpoint and
-region in its spec, which :func:`s3_kvstore` builds from the same variables.
+lists directories, and tensorstore writes the arrays. Each reads its own
+variables (gcsfs ``STORAGE_EMULATOR_HOST``, tensorstore's ``gcs`` driver
+``TENSORSTORE_GCS_HTTP_URL``; s3fs ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``), except that tensorstore's ``s3``
+driver takes an endpoint only in its spec: :func:`s3_kvstore` puts the
+``AWS_*`` endpoint and region there.
 
 Object stores have no atomic rename: a checkpoint there is committed by
 orbax's commit marker (``commit_success.txt``, written last), never by
