@@ -334,15 +334,16 @@ def task_preempt(directory: str) -> None:
     print(f"SAVED {step}", flush=True)
 
 
-def task_gcs(directory: str) -> None:
-    """Save a cross-process array to gs:// (fake-gcs-server), load it with mesh= and a target;
-    a manager there (every process saves, process 0 prunes)."""
+def task_store(directory: str) -> None:
+    """Save a cross-process array to an object store (gs:// or s3://, a local server), load
+    it with mesh= and a target, replace it (overwrite=True); a manager there (every process
+    saves, process 0 prunes)."""
     import jax.experimental.multihost_utils
     import jaxstruct.io as jio
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    url = f"{directory}/ck"  # here "directory" is a gs:// prefix
+    url = f"{directory}/ck"  # here "directory" is a gs:// or s3:// prefix
     jio.export({"a": _global((16, 8), P("x")), "step": 3}, url, format="orbax")
     mesh = jax.make_mesh((8,), ("x",))
     back = jio.load(url, mesh=mesh)
@@ -351,6 +352,10 @@ def task_gcs(directory: str) -> None:
     cols = NamedSharding(mesh, P(None, "x"))
     target = {"a": jax.ShapeDtypeStruct((16, 8), jax.numpy.float32, sharding=cols), "step": None}
     _check_shards(jio.load(url, target=target)["a"], (16, 8))
+    jio.export({"a": _global((16, 8), P("x")), "step": 4}, url, format="orbax", overwrite=True)
+    back = jio.load(url, mesh=mesh)
+    assert back["step"] == 4
+    _check_shards(back["a"], (16, 8))
     # The manager in the bucket: every process saves, process 0 prunes.
     manager = jio.CheckpointManager(f"{directory}/run", format="orbax", keep=1)
     for step in (1, 2):

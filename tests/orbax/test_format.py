@@ -139,7 +139,7 @@ def test_remote_paths_pass_through_to_orbax(
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     seen: list[str] = []
-    real = orbax_format._epath
+    real = orbax_format.to_path
 
     def fake_bucket(path: Any) -> Any:
         text = str(path)
@@ -148,7 +148,7 @@ def test_remote_paths_pass_through_to_orbax(
             return real(bucket / text.removeprefix("gs://bucket/"))
         return real(path)
 
-    monkeypatch.setattr(orbax_format, "_epath", fake_bucket)
+    monkeypatch.setattr(orbax_format, "to_path", fake_bucket)
     monkeypatch.chdir(tmp_path)
     assert jio.export({"w": np.arange(3)}, "gs://bucket/ck", format="orbax") == "gs://bucket/ck"
     np.testing.assert_array_equal(jio.load("gs://bucket/ck")["w"], np.arange(3))

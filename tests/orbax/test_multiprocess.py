@@ -19,6 +19,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ._stores import STORES, serve
+
 # Both tests start two jax.distributed processes: never run them side by side.
 pytestmark = pytest.mark.xdist_group("multiprocess")
 
@@ -185,15 +187,15 @@ def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path)
     assert np.asarray(back["w"]).tobytes() == np.asarray(expected).tobytes()
 
 
-def test_two_processes_save_to_gcs_and_restore(tmp_path: Path) -> None:
-    """The 2-process save and restore, in a bucket of fake-gcs-server on 127.0.0.1."""
-    from ._gcs import BUCKET, emulator_env, fake_gcs, objects
-
-    with fake_gcs() as url:
-        procs = _start("gcs", f"gs://{BUCKET}/two", emulator_env(url))
+@pytest.mark.parametrize("kind", STORES)
+def test_two_processes_save_to_an_object_store_and_restore(kind: str) -> None:
+    """The 2-process save, overwrite and restore, in a bucket of a local server on 127.0.0.1."""
+    with serve(kind) as store:
+        procs = _start("store", f"{store.root}/two", store.env)
         results = _finish(procs)
         for i, (code, out, _) in enumerate(results):
             assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
-        stored = objects(url, "two/ck/")
+        stored = store.objects("two/ck/")
         assert "two/ck/commit_success.txt" in stored, stored
         assert any(name.startswith("two/ck/arrays/ocdbt.process_1/") for name in stored), stored
+        assert not store.objects("two/ck.jaxstruct-replacing"), "the staged copy was left"

@@ -23,6 +23,7 @@ from ._limits import Limits, limits_from_kwargs
 from ._manifest import check_arrays_table, dump_manifest
 from ._partial import outside_selection, undecoded_codec
 from ._plain import Rename, load_plain
+from ._remote import RemoteDirectory
 from ._shardings import mesh_placements
 from ._targets import match_target
 
@@ -57,12 +58,12 @@ def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -
 def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
     """Refuse an existing target that may not be replaced; return whether one exists (ours)."""
     if isinstance(target, str):
-        if overwrite:
+        if overwrite and not _replaces_at_urls(fmt):
             raise SerializationError(
-                f"{target!r}: overwrite=True is not supported for remote paths (it cannot be "
-                "replaced atomically); export to a new path"
+                f"{target!r}: the {fmt.name!r} format cannot replace a checkpoint at a URL "
+                '(overwrite=True); export to a new path, or use format="orbax"'
             )
-        return False
+        return False  # the format itself refuses an existing one; overwrite stages the new
     if os.path.lexists(target):
         if not overwrite:
             raise FileExistsError(
@@ -77,6 +78,15 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
             )
         return True
     return False
+
+
+def _replaces_at_urls(fmt: Format) -> bool:
+    """Whether ``fmt`` can replace a checkpoint at a URL: it publishes atomically and its
+    remote directory stages replacements."""
+    remote = fmt.remote_directory() if fmt.publishes_atomically else None
+    return remote is not None and (
+        type(remote).stage_replacement is not RemoteDirectory.stage_replacement
+    )
 
 
 def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
@@ -110,13 +120,16 @@ def _publish(
 
 
 def _replaces(target: Any, overwrite: bool) -> bool:
-    return overwrite and isinstance(target, Path) and os.path.lexists(target)
+    return overwrite and (isinstance(target, str) or os.path.lexists(target))
 
 
 def _replace_atomically(
-    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
+    target: Any, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
 ) -> None:
     """Overwrite with a self-publishing format: write beside the target, then swap them."""
+    if isinstance(target, str):
+        _replace_at_url(target, fmt, manifest, arrays, compression)
+        return
     if _multihost.process_count() > 1:
         _replace_everywhere(target, fmt, manifest, arrays, compression)
         return
@@ -163,6 +176,43 @@ def _replace_everywhere(
         finally:
             _atomic.remove(old if old is not None else tmp)
     _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
+    if error is not None:
+        raise error
+    _atomic.step("done")
+
+
+def _replace_at_url(
+    target: str, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
+) -> None:
+    """Overwrite at a URL (no rename there): process 0 stages the new checkpoint beside the
+    old one, every process writes it, process 0 swaps it in (the format's remote directory)."""
+    remote = fmt.remote_directory()
+    primary = _multihost.is_primary()
+    where = repr(target)
+    error: BaseException | None = None
+    staged = ""
+    if primary:
+        try:
+            staged = remote.stage_replacement(target)
+        except BaseException as err:
+            error = err
+    _multihost.share_outcome("overwrite-stage", error, path=where)
+    if error is not None:
+        raise error
+    staged = _multihost.agree("overwrite-name", staged, path=where)
+    try:
+        write_checked(fmt, staged, manifest, arrays, compression, publishing=True)
+    except BaseException:
+        if primary and staged != target:
+            remote.delete_checkpoint(staged)
+        raise
+    if primary and staged != target:
+        try:
+            remote.commit_replacement(staged, target)
+            _atomic.step("published")
+        except BaseException as err:
+            error = err
+    _multihost.share_outcome("overwrite-publish", error, path=where)
     if error is not None:
         raise error
     _atomic.step("done")

@@ -6,5 +6,6 @@ Installing ``jaxstruct-orbax`` registers the format through the
 """
 
 from ._format import OrbaxFormat
+from ._stores import configure_s3
 
-__all__ = ["OrbaxFormat"]
+__all__ = ["OrbaxFormat", "configure_s3"]

@@ -47,9 +47,11 @@ from jaxstruct.io import (
 from jaxstruct.registry import SerializationError
 
 from . import _plain, _read
+from ._bucket import OrbaxRemote, replacement
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
+from ._stores import committed, is_store_url, temporary_path_class, to_path
 
 __all__ = ["OrbaxFormat"]
 
@@ -67,33 +69,6 @@ def _ocp() -> Any:
             f"the 'orbax' format needs orbax-checkpoint ({err}); pip install jaxstruct-orbax"
         ) from None
     return ocp
-
-
-def _epath(path: Any) -> Any:
-    """``path`` as orbax's path type; a URL orbax cannot store to is refused first."""
-    from etils import epath
-
-    if isinstance(path, str):
-        _check_url(path)
-    return epath.Path(path)
-
-
-def _check_url(url: str) -> None:
-    scheme = url.partition("://")[0].lower()
-    if scheme == "gs":
-        import importlib.util
-
-        if importlib.util.find_spec("gcsfs") is None:
-            raise SerializationError(
-                f"{url!r}: gs:// paths need gcsfs, which orbax's path layer uses; "
-                'pip install "jaxstruct-orbax[gcs]"'
-            )
-        return
-    raise SerializationError(
-        f"{url!r}: orbax-checkpoint stores arrays on local paths and in Google Cloud "
-        f"Storage (gs://) only, not at {scheme}:// URLs; use a gs:// URL or a local "
-        "(or mounted) path"
-    )
 
 
 # Dtypes tensorstore stores as they are (native byte order). Every other dtype is
@@ -196,7 +171,7 @@ def _processes() -> Any:
     return ocp.options.MultiprocessingOptions(active_processes=set(range(jax.process_count())))
 
 
-def _handler(compression: str | None = None) -> Any:
+def _handler(compression: str | None = None, target: Any = None) -> Any:
     """Orbax's composite handler; array chunks are compressed only when asked for.
 
     zstd barely shrinks floating-point weights, and a compressed save keeps an
@@ -205,7 +180,9 @@ def _handler(compression: str | None = None) -> Any:
     """
     ocp = _ocp()
     processes = _processes()
-    options = ocp.CompositeOptions(multiprocessing_options=processes)
+    options = ocp.CompositeOptions(
+        multiprocessing_options=processes, temporary_path_class=temporary_path_class(target)
+    )
     if compression is None:
         return ocp.CompositeCheckpointHandler(composite_options=options)
     return ocp.CompositeCheckpointHandler(
@@ -220,15 +197,20 @@ def _handler(compression: str | None = None) -> Any:
     )
 
 
-def _checkpointer(handler: Any, *, background: bool = False) -> Any:
+def _checkpointer(handler: Any, target: Any, *, background: bool = False) -> Any:
     """Orbax's checkpointer: every process named, waits bounded by ``sync_timeout()``."""
     ocp = _ocp()
     if not background:
-        return ocp.Checkpointer(handler, multiprocessing_options=_processes())
+        return ocp.Checkpointer(
+            handler,
+            multiprocessing_options=_processes(),
+            temporary_path_class=temporary_path_class(target),
+        )
     return ocp.AsyncCheckpointer(
         handler,
         async_options=ocp.options.AsyncOptions(timeout_secs=max(1, round(sync_timeout()))),
         multiprocessing_options=_processes(),
+        temporary_path_class=temporary_path_class(target),
     )
 
 
@@ -318,8 +300,8 @@ class OrbaxFormat(Format):
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
         args = _save_args(manifest, arrays)
-        where = _epath(target)
-        checkpointer = _checkpointer(_handler(compression))
+        where = to_path(target)
+        checkpointer = _checkpointer(_handler(compression, target), target)
         try:
             checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -339,8 +321,8 @@ class OrbaxFormat(Format):
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
         args = _save_args(manifest, _host_safe(arrays))
-        where = _epath(target)
-        checkpointer = _checkpointer(_handler(compression), background=True)
+        where = to_path(target)
+        checkpointer = _checkpointer(_handler(compression, target), target, background=True)
         try:
             checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
@@ -349,19 +331,23 @@ class OrbaxFormat(Format):
         return _OrbaxPending(checkpointer, target)
 
     def remote_directory(self) -> RemoteDirectory:
-        """Steps of a ``CheckpointManager`` at a ``gs://`` URL, through orbax's path layer."""
-        return _OrbaxRemote()
+        """Steps of a ``CheckpointManager`` at a ``gs://`` or ``s3://`` URL, through orbax's
+        path layer."""
+        return OrbaxRemote(f"{MANIFEST_ITEM}/{_MANIFEST_FILE}")
 
     def sniff(self, path: Any) -> bool:
         """A directory holding orbax's step metadata and jaxstruct's manifest item, or a
         plain orbax pytree checkpoint (loaded into a ``target=``).
 
-        URLs orbax cannot store to (``s3://``) are never orbax checkpoints.
+        URLs of no object store (``memory://``) are never orbax checkpoints. In an
+        object store, a replacement midway (``overwrite=True``) counts as its new checkpoint.
         """
-        if isinstance(path, str) and path.partition("://")[0].lower() != "gs":
+        if isinstance(path, str) and not is_store_url(path):
             return False
-        p = _epath(path)
+        p = to_path(path)
         try:
+            if is_store_url(path) and not committed(p) and replacement(path) is not None:
+                return True
             ours = (p / MANIFEST_ITEM / _MANIFEST_FILE).exists() and (
                 p / STEP_METADATA_FILE
             ).exists()
@@ -372,8 +358,11 @@ class OrbaxFormat(Format):
     def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Read jaxstruct's manifest (within ``max_manifest_bytes``); arrays come later."""
         where = repr(str(path))
-        p = _epath(path)
-        if not _committed(p):
+        p = to_path(path)
+        if is_store_url(path) and not committed(p):
+            staged = replacement(path)  # an overwrite=True midway: its new checkpoint
+            p = p if staged is None else to_path(staged)
+        if not committed(p):
             raise SerializationError(
                 f"{where}: this orbax checkpoint was never committed (its save stopped "
                 "midway, or is still running); load another one"
@@ -396,53 +385,6 @@ class OrbaxFormat(Format):
             raise SerializationError(f"{where}: the manifest changed while being read")
         layouts, shardings = _read_storage(p, limits, where)
         return _OrbaxCheckpoint(p, manifest, layouts, shardings, where)
-
-
-def _committed(p: Any) -> bool:
-    """Orbax's own test: in an object store (no atomic rename), whether the commit
-    marker it writes last exists; on a file system, that this is no temporary path."""
-    try:
-        return bool(_ocp().path.step.is_path_finalized(p))
-    except AttributeError:  # an orbax-checkpoint that moved it: its marker's name
-        return not str(p).startswith("gs://") or (p / _COMMIT_MARKER).exists()
-    except OSError:
-        return False
-
-
-_COMMIT_MARKER = "commit_success.txt"  # what orbax writes last into a gs:// checkpoint
-
-
-class _OrbaxRemote(RemoteDirectory):
-    def names(self, url: str) -> list[str]:
-        try:
-            return [entry.name for entry in _epath(url).iterdir()]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-
-    def committed(self, url: str) -> bool:
-        p = _epath(url)
-        return _committed(p) and (p / MANIFEST_ITEM / _MANIFEST_FILE).exists()
-
-    def read_text(self, url: str) -> str | None:
-        try:
-            return _epath(url).read_text()
-        except FileNotFoundError:
-            return None
-
-    def write_text(self, url: str, text: str) -> None:
-        _epath(url).write_text(text)
-
-    def remove(self, url: str) -> None:
-        try:
-            _epath(url).unlink()
-        except FileNotFoundError:
-            pass
-
-    def delete_checkpoint(self, url: str) -> None:
-        p = _epath(url)
-        self.remove(str(p / _COMMIT_MARKER))  # unlisted (and unloadable) from here on
-        if p.exists():
-            p.rmtree()
 
 
 _KINDS = frozenset({"bool", "bytes"})
@@ -644,7 +586,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             _, dtype = storage[key]
             item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
             restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
-        checkpointer = _checkpointer(_handler())
+        checkpointer = _checkpointer(_handler(None, self.path), self.path)
         try:
             restored = checkpointer.restore(
                 self.path,

@@ -1,9 +1,10 @@
 """The orbax-checkpoint internals the format relies on, all behind this one seam.
 
-Orbax has no public API for two things the format needs: opening the
-tensorstore of one saved array (to read it straight into device shards), and
-the name of the step metadata file that marks a finished orbax checkpoint.
-Both are taken here and only here; a missing piece raises a
+Orbax has no public API for three things the format needs: opening the
+tensorstore of one saved array (to read it straight into device shards), the
+name of the step metadata file that marks a finished orbax checkpoint, and a
+tensorstore kvstore for ``s3://`` paths (:func:`route_s3`). All are taken here
+and only here; a missing piece raises a
 :class:`~jaxstruct.registry.SerializationError` naming the installed orbax
 version and the supported range (``orbax-checkpoint`` is pinned below its next
 minor version in this distribution's requirements).
@@ -11,12 +12,13 @@ minor version in this distribution's requirements).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-__all__ = ["STEP_METADATA_FILE", "SUPPORTED", "open_array_stores"]
+__all__ = ["STEP_METADATA_FILE", "SUPPORTED", "open_array_stores", "route_s3"]
 
 #: The orbax-checkpoint versions this distribution declares (its requirements).
 SUPPORTED = ">=0.12,<0.13"
@@ -68,3 +70,59 @@ def open_array_stores(
         spec = th.get_json_tspec_read(info, use_ocdbt=use_ocdbt)
         opening[key] = ts.open(spec, open=True, read=True, context=context)
     return opening
+
+
+# The kvstore spec builder every orbax 0.12 array save, restore and OCDBT merge calls.
+_BUILDER = "build_kvstore_tspec"
+
+
+def route_s3(kvstore: Callable[[str, str], dict[str, Any]]) -> None:
+    """Let orbax write and read arrays at ``s3://`` paths, through tensorstore's ``s3`` driver.
+
+    orbax-checkpoint 0.12's ``tensorstore_utils.build_kvstore_tspec`` gives
+    tensorstore's ``gcs`` driver to ``gs://`` directories and its ``file`` driver
+    to every other path, and refuses an ``s3://`` one as "not absolute" (its
+    ``_build_ocdbt_kvstore_tspec``), although its own ``is_remote_storage``
+    knows ``s3://``. Its builder is wrapped, once per process, so that for an
+    ``s3://`` directory orbax builds its spec exactly as for the same bucket and
+    path in GCS (OCDBT layout, read coalescing), and each ``gcs`` store in that
+    spec becomes ``kvstore(bucket, path)``. Every other path is left to orbax
+    untouched.
+    """
+    from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
+
+    original = getattr(tsu, _BUILDER, None)
+    if original is None:
+        import orbax.checkpoint as ocp
+
+        version = getattr(ocp, "__version__", "unknown")
+        raise SerializationError(
+            f"orbax-checkpoint {version} lacks tensorstore_utils.{_BUILDER}, which s3:// "
+            f"paths need; install orbax-checkpoint{SUPPORTED}"
+        )
+    if getattr(original, "_jaxstruct_s3", False):
+        return
+
+    @functools.wraps(original)
+    def build(directory: Any, *args: Any, **kwargs: Any) -> Any:
+        text = str(directory)
+        if not text.startswith("s3://"):
+            return original(directory, *args, **kwargs)
+        return _to_s3(original("gs://" + text[len("s3://") :], *args, **kwargs), kvstore)
+
+    build._jaxstruct_s3 = True  # type: ignore[attr-defined]
+    setattr(tsu, _BUILDER, build)
+
+
+def _to_s3(spec: Any, kvstore: Callable[[str, str], dict[str, Any]]) -> Any:
+    """``spec`` with each GCS store (a JSON object or a ``gs://`` URL) made an S3 one."""
+    if isinstance(spec, dict):
+        if spec.get("driver") in ("gcs", "gcs_grpc") and "bucket" in spec:
+            return kvstore(spec["bucket"], spec.get("path", ""))
+        return {key: _to_s3(value, kvstore) for key, value in spec.items()}
+    if isinstance(spec, list):
+        return [_to_s3(value, kvstore) for value in spec]
+    if isinstance(spec, str) and spec.startswith("gs://"):
+        bucket, _, path = spec[len("gs://") :].partition("/")
+        return kvstore(bucket, path)
+    return spec

@@ -1,7 +1,8 @@
-"""Checkpoints in GCS through the orbax format, run by test_object_store.py in a fresh process
-whose environment points every client at fake-gcs-server (see _gcs.emulator_env).
+"""Checkpoints in an object store through the orbax format, run by test_object_store.py in a
+fresh process whose environment points every client at a local server (_gcs.emulator_env for
+fake-gcs-server, _s3.emulator_env for moto).
 
-Usage: python _gcs_worker.py GS_PREFIX
+Usage: python _store_worker.py PREFIX  (gs://bucket/x or s3://bucket/x)
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main(prefix: str) -> None:
         else:
             raise AssertionError(f"{fmt} wrote to a URL")
     manager_in_a_bucket(f"{prefix}/run")
+    overwrite_in_a_bucket(f"{prefix}/ow")
     print("OK", flush=True)
 
 
@@ -123,6 +125,62 @@ def manager_in_a_bucket(run: str) -> None:
     assert not epath.Path(f"{run}/.metrics/3.json").exists()
     again = jio.CheckpointManager(run, format="orbax")  # a new run sees the same steps
     assert again.latest_step() == 6 and again.metrics(6) == {"loss": 0.1}
+
+
+def overwrite_in_a_bucket(url: str) -> None:
+    """overwrite=True: at every instant of the swap, loading the URL gives the old or the new
+    checkpoint; a replacement stopped midway is loadable and finished by the next one."""
+    from etils import epath
+    from jaxstruct.orbax import _bucket
+
+    def value(at: str = url) -> float:
+        return float(jio.load(at)["w"][0])
+
+    jio.export({"w": np.full(4, 1.0)}, url, format="orbax")
+    seen: list[float] = []
+    gpath = type(epath.Path(url))  # orbax's path type for this store
+    copy, delete = gpath.copy, _bucket.OrbaxRemote.delete_checkpoint
+
+    def copy_and_look(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(value())
+        return copy(self, *args, **kwargs)
+
+    def delete_and_look(self: Any, at: str) -> None:
+        seen.append(value())
+        delete(self, at)
+        seen.append(value())
+
+    gpath.copy = copy_and_look  # type: ignore[method-assign]
+    _bucket.OrbaxRemote.delete_checkpoint = delete_and_look  # type: ignore[method-assign]
+    try:
+        jio.export({"w": np.full(4, 2.0)}, url, format="orbax", overwrite=True)
+    finally:
+        gpath.copy = copy  # type: ignore[method-assign]
+        _bucket.OrbaxRemote.delete_checkpoint = delete  # type: ignore[method-assign]
+    assert len(seen) > 10 and set(seen) == {1.0, 2.0}, seen  # old, then new: never neither
+    assert seen == sorted(seen), seen
+    assert value() == 2.0 and not epath.Path(url + _bucket.STAGED).exists()
+    # In the background, and over a URL holding nothing yet.
+    jio.export({"w": np.full(4, 3.0)}, url, format="orbax", overwrite=True, blocking=False).wait()
+    assert value() == 3.0
+    jio.export({"w": np.full(4, 4.0)}, f"{url}-new", format="orbax", overwrite=True)
+    assert value(f"{url}-new") == 4.0
+    # Stopped after the old one was deleted: the staged one loads, the next overwrite ends it.
+    jio.export({"w": np.full(4, 5.0)}, url + _bucket.STAGED, format="orbax")
+    assert value() == 3.0  # staged but not swapped in: the old one still counts
+    _bucket.OrbaxRemote("jaxstruct/metadata").delete_checkpoint(url)
+    assert value() == 5.0
+    jio.export({"w": np.full(4, 6.0)}, url, format="orbax", overwrite=True)
+    assert value() == 6.0 and not epath.Path(url + _bucket.STAGED).exists()
+    # Only a committed jaxstruct checkpoint is replaced.
+    epath.Path(f"{url}-other/notes.txt").write_text("mine")
+    try:
+        jio.export({"w": np.ones(2)}, f"{url}-other", format="orbax", overwrite=True)
+    except SerializationError as err:
+        assert "only replaces checkpoints" in str(err), err
+    else:
+        raise AssertionError("overwrite=True replaced something that is not a checkpoint")
+    assert epath.Path(f"{url}-other/notes.txt").read_text() == "mine"
 
 
 if __name__ == "__main__":
