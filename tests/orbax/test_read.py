@@ -158,3 +158,13 @@ def test_aligned_empty_is_64_byte_aligned() -> None:
             arr = _read.aligned_empty(shape, np.dtype(dtype))
             assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
             assert arr.ctypes.data % 64 == 0
+
+
+def test_blocks_are_a_64th_of_the_data_within_4_and_32_mib() -> None:
+    """The blocks in flight and the chunk cache grow with the data, not beyond 5/64 of it."""
+    mib = 1 << 20
+    assert _read.block_bytes(1024) == 4 * mib
+    assert _read.block_bytes(256 * mib) == 4 * mib
+    assert _read.block_bytes(1024 * mib) == 16 * mib
+    assert _read.block_bytes(8192 * mib) == 32 * mib
+    assert _read.cache_bytes(16 * mib) == (_read.IN_FLIGHT + 1) * 16 * mib

@@ -549,8 +549,12 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         _ocp()
         directory = self.path / ARRAYS
         try:
+            total = sum(
+                math.prod(storage[key][0]) * np.dtype(storage[key][1]).itemsize for key in wanted
+            )
+            block = _read.block_bytes(total)
             opening = open_array_stores(
-                directory, wanted, use_zarr3=self.use_zarr3, cache_bytes=_read.CACHE_BYTES
+                directory, wanted, use_zarr3=self.use_zarr3, cache_bytes=_read.cache_bytes(block)
             )
             jobs = {}
             for key, placement in wanted.items():
@@ -563,7 +567,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                     )
                 view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
                 jobs[key] = Job(store, tuple(shape), placement, view)
-            return read_into_shards(jobs)
+            return read_into_shards(jobs, block)
         except SerializationError:
             raise
         except Exception as err:
