@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jaxstruct.io import Codec, PluginError, PluginRegistry, PluginWarning, hookimpl
 from jaxstruct.io._builtin import ZipFormat
-from jaxstruct.io._paths import array_paths, walk
+from jaxstruct.io._formats import array_paths, walk
 from jaxstruct.registry import SerializationError
 
 
@@ -357,7 +357,7 @@ def test_array_paths_are_the_same_on_read(tmp_path: Path) -> None:
     """A format gets the same paths back from the manifest bytes it stored."""
     from jaxstruct.io._checkpoint import open_checkpoint
     from jaxstruct.io._encode import encode_state
-    from jaxstruct.io._manifest import dump_manifest
+    from jaxstruct.io._schema import dump_manifest
 
     value = {"opt": {"mu": np.ones(2)}, "w": np.zeros(3)}
     written = array_paths(dump_manifest(encode_state(value), "zip"))

@@ -22,15 +22,12 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from . import _zip, _zipread
-from ._files import open_noatime, open_regular, read_all
+from . import _zip
 from ._formats import Format
-from ._limits import Limits
-from ._manifest import check_node_budget, parse_manifest
-from ._npzread import NpzCheckpoint, aligned_empty, read_member
-from ._npzwrite import members as npz_members
-from ._npzwrite import write_npz
-from ._sync import fsync_all
+from ._fs import fsync_all, open_noatime, open_regular, read_all
+from ._npz import NpzCheckpoint, aligned_empty, read_member, write_npz
+from ._npz import members as npz_members
+from ._schema import Limits, check_node_budget, parse_manifest
 
 __all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
 
@@ -173,7 +170,7 @@ class DirectoryFormat(Format):
             os.close(fd)
         fd, size = arrays_fd, arrays_size
         try:
-            index = _zipread.read_index(
+            index = _zip.read_index(
                 fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio
             )
         except BaseException:
@@ -257,7 +254,7 @@ class ZipFormat(Format):
         try:
             if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
-            index = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            index = _zip.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
             entry = index.entries.get(MANIFEST)
             if entry is None or entry.size > limits.max_manifest_bytes:
                 return False
@@ -271,7 +268,7 @@ class ZipFormat(Format):
         where = repr(str(path))
         fd, size = open_regular(path, follow=True)
         try:
-            outer = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            outer = _zip.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
             entry = outer.entries.get(MANIFEST)
             if entry is None:
                 raise SerializationError(f"{where}: the archive has no manifest.json")
@@ -292,7 +289,7 @@ class ZipFormat(Format):
                     f"{where}: arrays.npz is compressed inside the archive; it must be stored "
                     "(zip it again without compression, e.g. zip -0)"
                 )
-            inner = _zipread.read_index(
+            inner = _zip.read_index(
                 fd,
                 npz.size,
                 f"{where} (arrays.npz)",

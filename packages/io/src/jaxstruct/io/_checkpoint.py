@@ -11,20 +11,16 @@ from typing import Any, Literal, overload
 
 from jaxstruct.registry import SerializationError
 
-from . import _async, _atomic, _multihost
+from . import _async, _fs, _multihost
 from ._async import ExportHandle
-from ._contract import write_checked
-from ._decode import Resolver, decode_state
-from ._detect import format_for_export, is_checkpoint, open_any, open_checkpoint
+from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
+from ._detect import format_for_export, is_checkpoint, open_any, open_checkpoint, write_checked
 from ._encode import encode_state
-from ._errors import CheckpointWriteError
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
-from ._limits import Limits, limits_from_kwargs
-from ._manifest import check_arrays_table, dump_manifest
-from ._partial import outside_selection, undecoded_codec
+from ._fs import CheckpointWriteError
 from ._plain import Rename, load_plain
-from ._shardings import mesh_placements
-from ._targets import match_target
+from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
+from ._targets import match_target, mesh_placements
 
 __all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
 
@@ -99,7 +95,7 @@ def _publish(
 
     ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
     """
-    _atomic.publish(
+    _fs.publish(
         target,
         write,
         overwrite=overwrite,
@@ -120,19 +116,19 @@ def _replace_atomically(
     if _multihost.process_count() > 1:
         _replace_everywhere(target, fmt, manifest, arrays, compression)
         return
-    tmp = _atomic.temp_sibling(target)
+    tmp = _fs.temp_sibling(target)
     old: Path | None = None
     try:
         try:
             write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
         except OSError as err:
             raise _disk_error(target, err) from err
-        old = _atomic.exchange(tmp, target)
-        _atomic.fsync_dir(target.parent)
-        _atomic.step("published")
+        old = _fs.exchange(tmp, target)
+        _fs.fsync_dir(target.parent)
+        _fs.step("published")
     finally:
-        _atomic.remove(old if old is not None else tmp)
-    _atomic.step("done")
+        _fs.remove(old if old is not None else tmp)
+    _fs.step("done")
 
 
 def _replace_everywhere(
@@ -141,13 +137,13 @@ def _replace_everywhere(
     """Overwrite in a multi-process run: every process writes the same temporary
     sibling (a format that writes collectively), then process 0 swaps it in."""
     primary = _multihost.is_primary()
-    name = _atomic.temp_sibling(target).name if primary else ""
+    name = _fs.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
     try:
         write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
     except BaseException as err:
         if primary:
-            _atomic.remove(tmp)
+            _fs.remove(tmp)
         if isinstance(err, OSError):
             raise _disk_error(target, err) from err
         raise
@@ -155,17 +151,17 @@ def _replace_everywhere(
     if primary:
         old: Path | None = None
         try:
-            old = _atomic.exchange(tmp, target)
-            _atomic.fsync_dir(target.parent)
-            _atomic.step("published")
+            old = _fs.exchange(tmp, target)
+            _fs.fsync_dir(target.parent)
+            _fs.step("published")
         except BaseException as err:
             error = _disk_error(target, err) if isinstance(err, OSError) else err
         finally:
-            _atomic.remove(old if old is not None else tmp)
+            _fs.remove(old if old is not None else tmp)
     _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
     if error is not None:
         raise error
-    _atomic.step("done")
+    _fs.step("done")
 
 
 def _is_ours(fmt: Format) -> Callable[[Path], bool]:
@@ -190,7 +186,7 @@ def _write_everywhere(
 
     ``checked``: an existing checkpoint of ``fmt`` was found at ``target`` just before.
     """
-    step = _atomic.step
+    step = _fs.step
     if fmt.multiprocess or _multihost.process_count() == 1:
         if fmt.publishes_atomically and _replaces(target, overwrite):
             _replace_atomically(target, fmt, manifest, arrays, compression)
@@ -206,8 +202,8 @@ def _write_everywhere(
                 write_checked(fmt, target, manifest, arrays, compression, publishing=False)
             except OSError as err:
                 raise _disk_error(target, err) from err
-            _atomic.step("published")
-            _atomic.step("done")
+            _fs.step("published")
+            _fs.step("done")
             return None
         _publish(
             target,
@@ -344,7 +340,7 @@ def export(
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
-    _atomic.step("start")
+    _fs.step("start")
     single_writer = not fmt.multiprocess and _multihost.process_count() > 1
     if fmt.multiprocess and _multihost.process_count() > 1:
         # Every process writes collectively: one that never comes is named here,
@@ -360,7 +356,7 @@ def export(
     arrays: dict[str, Any] = state["array_data"]
     if single_writer:
         _multihost.check_primary_holds(arrays, fmt.name, repr(key))
-    _atomic.step("encoded")
+    _fs.step("encoded")
     if blocking:
         _write_everywhere(
             target,
@@ -606,7 +602,7 @@ def _open_or_parked(
         except FileNotFoundError:
             if not isinstance(path, Path):
                 raise
-            found = _atomic.parked(Path(os.path.abspath(path)))
+            found = _fs.parked(Path(os.path.abspath(path)))
             if not found:
                 raise
         for candidate in found:

@@ -1,20 +1,11 @@
-"""Rebuilding a value from a checked state dict, in one forward pass over the node table.
-
-Nothing here imports a module or touches a class unless the class was
-registered in this process, given through ``load_cls``, held by the restore
-target at the same place (``_targets``), or lives in a module listed in
-``allow_imports``. Code (functions) is never stored: a ``callable`` node takes
-its value from the target. Every problem, including exceptions raised by
-user code (converters, validators, deserializers, codecs), surfaces as a
-:class:`~jaxstruct.registry.SerializationError` naming the source and the path
-of the value in the tree.
-"""
+"""Manifest node table to value: arrays placed, classes resolved safely, partial restore."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import enum
+import functools
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -31,16 +22,15 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._dtypes import parse_dtype
 from ._encode import PATH_TYPES
-from ._foreign import imported_node_class, unflatten_node
+from ._formats import key_label
 from ._jax_private import weakly_typed
-from ._limits import Limits
-from ._paths import key_label
-from ._structs import build_struct, struct_fields
+from ._plugins import current_registry
+from ._schema import Limits, parse_dtype
 from ._targets import TargetMatch
+from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
-__all__ = ["Resolver", "decode_state"]
+__all__ = ["CodecStandIn", "Resolver", "decode_state", "outside_selection", "undecoded_codec"]
 
 _SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
     "list": list,
@@ -820,3 +810,56 @@ def decode_state(
             f"{type(value).__module__}.{type(value).__qualname__}"
         )
     return value
+
+
+def undecoded_codec(name: str) -> Codec | None:
+    """For a partial restore's skeleton: a codec keeping the stored value, undecoded.
+
+    Its arrays stay visible as leaves of the stand-in (a pytree node), so only
+    a selection that reaches into a codec value reads that value's arrays,
+    and no codec sees abstract arrays.
+    """
+    if current_registry().codec_named(name) is None:
+        return None
+    _register_stand_in()
+    return Codec(name, (CodecStandIn,), encode=lambda v: v, decode=CodecStandIn)
+
+
+def outside_selection(abstract: list[Any]) -> Callable[[str], Codec | None]:
+    """Codecs for the final decode of a partial restore: a codec value holding an array
+    that was not read (outside the selection) stays undecoded."""
+    import jax
+
+    ids = {id(v) for v in abstract}
+
+    def lookup(name: str) -> Codec | None:
+        codec = current_registry().codec_named(name)
+        if codec is None:
+            return None
+        _register_stand_in()
+
+        def decode(stored: Any) -> Any:
+            leaves = jax.tree_util.tree_leaves(stored)
+            if any(id(leaf) in ids for leaf in leaves):
+                return CodecStandIn(stored)
+            return codec.decode(stored)
+
+        return Codec(name, (*codec.types, CodecStandIn), codec.encode, decode)
+
+    return lookup
+
+
+class CodecStandIn:
+    """A codec value in a partial restore's skeleton: the value as stored, not yet decoded."""
+
+    def __init__(self, stored: Any) -> None:
+        self.stored = stored
+
+
+@functools.cache
+def _register_stand_in() -> None:
+    import jax
+
+    jax.tree_util.register_pytree_node(
+        CodecStandIn, lambda s: ((s.stored,), None), lambda _, kids: CodecStandIn(kids[0])
+    )

@@ -62,12 +62,9 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from . import _gc
-from ._dtypes import dtype_name
-from ._foreign import flatten_node
-from ._limits import DEFAULT_LIMITS
-from ._manifest import FORMAT_VERSION
-from ._structs import struct_fields
+from . import _fs
+from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, dtype_name
+from ._values import flatten_node, struct_fields
 
 __all__ = ["PATH_TYPES", "encode_float", "encode_state"]
 
@@ -421,7 +418,7 @@ def encode_state(obj: Any) -> dict[str, Any]:
     encoder = _Encoder()
     # The walk allocates many small lists that are never cyclic; pausing the
     # cyclic collector keeps its full scans from making deep trees quadratic.
-    with _gc.paused():
+    with _fs.paused():
         root = encoder.run(obj)
     return {
         "version": FORMAT_VERSION,

@@ -11,10 +11,8 @@ from jaxstruct.registry import SerializationError
 
 from ._checkpoint import open_checkpoint
 from ._decode import struct_kinds_ok
-from ._formats import ArraySpec
-from ._limits import limits_from_kwargs
-from ._manifest import check_arrays_table
-from ._paths import key_label
+from ._formats import ArraySpec, key_label
+from ._schema import check_arrays_table, limits_from_kwargs
 
 __all__ = ["CheckpointInfo", "inspect", "verify", "verify_report"]
 

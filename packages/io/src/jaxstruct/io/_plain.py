@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from ._formats import ArraySpec, OpenedCheckpoint
-from ._paths import escape_step
+from ._formats import ArraySpec, OpenedCheckpoint, escape_step
 
 __all__ = ["Rename", "join_path", "load_plain", "path_step"]
 

@@ -1,43 +1,117 @@
-"""Restore targets: matching a user's target tree to the stored tree before reading it.
-
-A target is a tree of the stored structure whose array leaves say where each
-array goes: a ``jax.Array`` (its sharding), a ``jax.ShapeDtypeStruct`` (its
-sharding, or host when it has none) or ``None`` (placed as without a target).
-The match walks the manifest's node table and the target side by side, so
-each array's placement is known before anything is read and the format can
-read straight into it. Shapes, dtypes and structure are checked on the way;
-a mismatch names the path in the tree.
-
-The target is the user's own code's tree, so the walk also collects what it
-vouches for, place by place:
-
-- the classes: where the file names class ``"m:Q"`` at a node and the target
-  holds an instance of the class whose reference is ``"m:Q"`` at the same
-  place, the decoder uses that class for that node only (a file that names
-  the class anywhere else still meets the usual rules);
-- the fields a struct does not store (``serialize=False``, opaque fields):
-  the target's values, unless abstract (``jax.ShapeDtypeStruct`` leaves), in
-  which case the field's default applies as without a target;
-- the functions inside other libraries' pytree nodes, which the file holds
-  only by name (``callable`` nodes).
-
-The aux data of a pytree node is matched leniently: a target whose static
-data differs from the file's vouches for nothing there, and is no error.
-"""
+"""Restore targets matched to the stored arrays; shardings saved and put back on a mesh."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
-from ._structs import is_struct_class, struct_fields
+from ._values import is_struct_class, struct_fields
 
-__all__ = ["TargetMatch", "match_target"]
+__all__ = ["SavedSharding", "TargetMatch", "match_target", "mesh_placements", "saved_sharding"]
+
+#: One entry of a PartitionSpec: no axis, one mesh axis, or several.
+SpecEntry = None | str | tuple[str, ...]
+
+
+class SavedSharding(NamedTuple):
+    """How one array was sharded when saved.
+
+    Attributes:
+        spec: the ``PartitionSpec`` entries, one per leading dimension.
+        mesh: ``(axis name, size)`` of each axis of the mesh it lay on.
+    """
+
+    spec: tuple[SpecEntry, ...]
+    mesh: tuple[tuple[str, int], ...]
+
+
+def saved_sharding(arr: Any) -> SavedSharding | None:
+    """Return how ``arr`` is sharded, or ``None`` (NumPy, or not a ``NamedSharding``).
+
+    ``None`` is stored for arrays that lie whole on one device or on the host;
+    ``load(mesh=)`` replicates them.
+    """
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    sharding = getattr(arr, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return None
+    spec: list[SpecEntry] = []
+    for entry in sharding.spec:
+        if entry is None or entry is jax.sharding.PartitionSpec.UNCONSTRAINED:
+            spec.append(None)
+        elif isinstance(entry, str):
+            spec.append(entry)
+        else:
+            spec.append(tuple(str(name) for name in entry))
+    mesh = tuple((str(name), int(size)) for name, size in sharding.mesh.shape.items())
+    return SavedSharding(tuple(spec), mesh)
+
+
+def _entry_on(entry: SpecEntry, mesh_axes: set[str]) -> tuple[SpecEntry, list[str]]:
+    """``entry`` restricted to ``mesh_axes``, and the names it lost."""
+    if entry is None:
+        return None, []
+    names = (entry,) if isinstance(entry, str) else entry
+    kept = tuple(n for n in names if n in mesh_axes)
+    lost = [n for n in names if n not in mesh_axes]
+    if not kept:
+        return None, lost
+    return (kept[0] if isinstance(entry, str) else kept), lost
+
+
+def mesh_placements(
+    saved: Mapping[str, SavedSharding | None] | None,
+    keys: Iterable[str],
+    mesh: Any,
+    *,
+    strict: bool,
+    where: str,
+) -> dict[str, Any]:
+    """A ``NamedSharding`` on ``mesh`` for each of ``keys``, from the shardings saved.
+
+    ``saved`` is ``None`` when the checkpoint did not record shardings.
+
+    Raises:
+        SerializationError: the checkpoint has no record, or (``strict``) an
+            array was sharded along an axis ``mesh`` does not have.
+    """
+    import jax
+
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"load(): mesh expected a jax.sharding.Mesh, got {mesh!r}")
+    if saved is None:
+        raise SerializationError(
+            f"{where}: this checkpoint does not record how its arrays were sharded (the "
+            "built-in formats never do; the 'orbax' format does from jaxstruct-orbax 0.1.0), "
+            "so load(mesh=) cannot place them. Pass target= (jax.eval_shape of the value, "
+            "with shardings) instead, or load without mesh= and jax.device_put the result"
+        )
+    mesh_axes = set(mesh.axis_names)
+    out = {}
+    for key in keys:
+        record = saved.get(key)
+        entries: list[SpecEntry] = []
+        for entry in record.spec if record is not None else ():
+            kept, lost = _entry_on(entry, mesh_axes)
+            if lost and strict:
+                raise SerializationError(
+                    f"{where}: array {key!r} was saved sharded along mesh axes {lost}, which "
+                    f"the given mesh (axes {list(mesh.axis_names)}) lacks; pass "
+                    "strict_mesh=False to replicate along them, or a mesh with those axes"
+                )
+            entries.append(kept)
+        out[key] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*entries))
+    return out
+
 
 _CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
 
@@ -227,7 +301,7 @@ def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
     aux data itself (modes ``"a"`` and ``"j"``), not a serializer's output.
     """
     if mode == "j":  # registered with JAX only: its own flatten, one level
-        from ._foreign import flatten_node
+        from ._values import flatten_node
 
         flat = flatten_node(target)
         if flat is None:
