@@ -14,15 +14,13 @@ from jaxstruct.registry import SerializationError
 from . import _async, _fs, _multihost
 from ._async import ExportHandle
 from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
-from ._detect import format_for_export, is_checkpoint, open_any, open_checkpoint, write_checked
+from ._detect import format_for_export, is_checkpoint, open_any, write_checked
 from ._encode import encode_state
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
 from ._fs import CheckpointWriteError
 from ._plain import Rename, load_plain
 from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
 from ._targets import match_target, mesh_placements
-
-__all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
 
 _COMPRESSIONS = ("auto", "deflate", "none")
 
@@ -91,10 +89,7 @@ def _publish(
     write: Callable[[Path], None],
     checked: bool = False,
 ) -> None:
-    """Create the checkpoint at a temporary sibling with ``write`` and move it into place.
-
-    ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
-    """
+    """Create the checkpoint at a temporary sibling with ``write`` and move it into place."""
     _fs.publish(
         target,
         write,
@@ -182,10 +177,7 @@ def _write_everywhere(
     background: bool,
     checked: bool = False,
 ) -> PendingWrite | None:
-    """Write and publish the checkpoint (in this thread); return a format's own pending write.
-
-    ``checked``: an existing checkpoint of ``fmt`` was found at ``target`` just before.
-    """
+    """Write and publish the checkpoint (in this thread); return a format's own pending write."""
     step = _fs.step
     if fmt.multiprocess or _multihost.process_count() == 1:
         if fmt.publishes_atomically and _replaces(target, overwrite):
@@ -590,12 +582,7 @@ def _load(
 def _open_or_parked(
     path: Any, lim: Limits, format: str | None
 ) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs.
-
-    Where the directory swap takes two renames (no ``renameat2``), the old
-    checkpoint is only under its parked name between them, or after a crash
-    there: it is read from there, so the old or the new checkpoint always loads.
-    """
+    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs."""
     for _ in range(3):
         try:
             return open_any(path, lim, format)

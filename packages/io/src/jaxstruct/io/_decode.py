@@ -30,8 +30,6 @@ from ._schema import Limits, parse_dtype
 from ._targets import TargetMatch
 from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
-__all__ = ["CodecStandIn", "Resolver", "decode_state", "outside_selection", "undecoded_codec"]
-
 _SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
     "list": list,
     "tuple": tuple,
@@ -45,14 +43,7 @@ class _NodeError(Exception):
 
 
 class Resolver:
-    """Turns class references into classes, following the loading rules.
-
-    Args:
-        load_cls: a class (used for the root value) or a mapping from
-            references to classes.
-        allow_imports: module names (or package prefixes) that may be imported
-            to find a class.
-    """
+    """Turns class references into classes, following the loading rules."""
 
     def __init__(self, load_cls: Any, allow_imports: Iterable[str]) -> None:
         self.overrides: dict[str, type] = {}
@@ -82,10 +73,7 @@ class Resolver:
         return any(module == a or module.startswith(a + ".") for a in self.allow)
 
     def resolve(self, ref: object, what: str, vouched: type | None = None) -> type:
-        """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed.
-
-        ``vouched``: the class the restore target holds at this node, if any.
-        """
+        """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed."""
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
         cls = self.overrides.get(ref) or vouched or lookup_class(ref)
@@ -173,14 +161,7 @@ class _Decoder:
         self.codec_named: Callable[[str], Any] | None = None
 
     def place_all(self) -> None:
-        """Put every host array that a JAX array or PRNG key node will need on the device at once.
-
-        One ``jax.device_put`` of a list costs much less per array than one call
-        per array (a checkpoint of small arrays spends most of its load there).
-        The nodes are not checked here: their handlers check them as before and
-        take the placed array; whatever this pass cannot place (a 64-bit array
-        without x64, a malformed node) is left to them.
-        """
+        """Put every host array that a JAX array or PRNG key node needs on the device at once."""
         keys: dict[str, None] = {}
         for node in self.nodes:
             if (
@@ -383,11 +364,7 @@ def _too_wide(arr: np.ndarray) -> bool:
 
 
 def _weakly_typed(arr: Any) -> Any:
-    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't.
-
-    ``arr`` is a host array, or a ``jax.Array`` already placed by a restore
-    target: the result keeps its sharding.
-    """
+    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't."""
     import jax
 
     out: Any
@@ -787,12 +764,7 @@ def decode_state(
     target: TargetMatch | None = None,
     codec_named: Callable[[str], Any] | None = None,
 ) -> Any:
-    """Rebuild the value a checked manifest describes.
-
-    ``target``: what a restore target vouches for. ``codec_named``: looks
-    codecs up instead of the registry (a partial restore's skeleton keeps codec
-    values undecoded).
-    """
+    """Rebuild the value a checked manifest describes."""
     nodes = manifest.get("nodes")
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
@@ -813,12 +785,7 @@ def decode_state(
 
 
 def undecoded_codec(name: str) -> Codec | None:
-    """For a partial restore's skeleton: a codec keeping the stored value, undecoded.
-
-    Its arrays stay visible as leaves of the stand-in (a pytree node), so only
-    a selection that reaches into a codec value reads that value's arrays,
-    and no codec sees abstract arrays.
-    """
+    """For a partial restore's skeleton: a codec keeping the stored value, undecoded."""
     if current_registry().codec_named(name) is None:
         return None
     _register_stand_in()

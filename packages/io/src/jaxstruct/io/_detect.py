@@ -16,20 +16,6 @@ from ._formats import Format, OpenedCheckpoint
 from ._plugins import BLOCK_ENV, PluginError, current_registry
 from ._schema import Limits, parse_manifest
 
-__all__ = [
-    "BUILTIN_TYPES",
-    "FILE_SUFFIXES",
-    "check_written",
-    "format_for_export",
-    "format_named",
-    "is_checkpoint",
-    "open_any",
-    "open_checkpoint",
-    "sniffs",
-    "source_of",
-    "write_checked",
-]
-
 BUILTIN_TYPES = (DirectoryFormat, ZipFormat)
 
 
@@ -91,12 +77,7 @@ def _suffix_hint(registry: Any) -> str:
 
 
 def _candidates(path: Any) -> list[Format]:
-    """The formats whose ``sniff`` recognises ``path``, best first.
-
-    When several do, those claiming the path's suffix win; a format that does
-    not claim it never takes a path whose suffix another format claims (the
-    built-in zip format does not read a zip-based plugin's ``.npz`` file).
-    """
+    """The formats whose ``sniff`` recognises ``path``, best first."""
     where = repr(str(path))
     registry = current_registry()
     if isinstance(path, str):  # a URL: only formats that accept remote paths may claim it
@@ -215,11 +196,7 @@ class _ContainerMismatch(SerializationError):
 
 
 def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
-    """Detect the format of ``path``, open it and parse its manifest (arrays are not read).
-
-    When several formats recognise the path and none claims its suffix, each
-    opens it in turn and the one whose name the manifest records wins.
-    """
+    """Detect the format of ``path``, open it and parse its manifest (arrays are not read)."""
     fmt, opened, top = open_any(path, limits)
     if top is None:
         opened.close()
@@ -233,10 +210,7 @@ def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint
 def open_any(
     path: Any, limits: Limits, format: str | None = None
 ) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it.
-
-    ``format``: read ``path`` as this registered format instead of detecting it.
-    """
+    """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it."""
     if format is not None:
         fmt = format_named(format)
         opened, top = _open_checked(fmt, path, limits)
@@ -305,14 +279,7 @@ def write_checked(
     *,
     publishing: bool,
 ) -> None:
-    """Call ``fmt.write`` and check what it made against the format contract.
-
-    A plugin's own exception becomes a :class:`SerializationError` naming the
-    format (with the exception chained); ``OSError`` and our own errors pass
-    through. ``publishing``: ``target`` is a temporary the library publishes
-    afterwards, so a format that made nothing, or the wrong kind of thing, is
-    refused before the previous checkpoint is touched.
-    """
+    """Call ``fmt.write`` and check what it made against the format contract."""
     try:
         fmt.write(target, manifest, arrays, compression=compression, step=_fs.step)
     except (OSError, StructError):
@@ -328,15 +295,7 @@ def write_checked(
 
 
 def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
-    """Refuse what a format's ``write`` made at ``path`` if it breaks the contract.
-
-    It must exist, be a directory exactly when the format declares
-    ``is_directory`` (a regular file otherwise), and be recognised by the
-    format's own ``sniff`` (when it has one).
-
-    Raises:
-        SerializationError: naming the format and what is wrong.
-    """
+    """Refuse what a format's ``write`` made at ``path`` if it breaks the contract."""
     who = f"the {fmt.name!r} format ({source_of(fmt)})"
     kept = "; nothing was replaced" if publishing else ""
     try:

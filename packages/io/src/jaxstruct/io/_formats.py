@@ -15,25 +15,6 @@ from jaxstruct.registry import SerializationError
 
 from ._schema import Limits
 
-__all__ = [
-    "ArraySpec",
-    "Format",
-    "ManifestNode",
-    "OpenedCheckpoint",
-    "PendingWrite",
-    "Placement",
-    "RemoteDirectory",
-    "aligned_empty",
-    "array_paths",
-    "empty_array",
-    "escape_step",
-    "host_array",
-    "host_pieces",
-    "key_label",
-    "place",
-    "walk",
-]
-
 _SCALAR_KEYS = ("str", "int", "float", "bool", "none")
 _SEQUENCES = ("list", "tuple", "set", "frozenset")
 _ARRAYS = ("array", "jaxarray", "prngkey")
@@ -216,10 +197,6 @@ class RemoteDirectory:
     def delete_checkpoint(self, url: str) -> None:
         """Delete the checkpoint at ``url``: its commit marker first, then every object."""
         raise NotImplementedError
-
-
-MANIFEST = "manifest.json"
-ARRAYS = "arrays.npz"
 
 
 class ArraySpec(NamedTuple):

@@ -33,33 +33,6 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-__all__ = [
-    "FOREIGN_AGE_S",
-    "STEP_HOOK",
-    "WORKERS",
-    "CheckpointWriteError",
-    "CrcParts",
-    "clean_debris",
-    "crc32",
-    "crc32_combine",
-    "crc_pool",
-    "exchange",
-    "fsync_all",
-    "fsync_dir",
-    "host_tag",
-    "open_noatime",
-    "open_regular",
-    "parked",
-    "paused",
-    "pool",
-    "publish",
-    "read_all",
-    "remove",
-    "rename_noreplace",
-    "step",
-    "temp_sibling",
-]
-
 
 class CheckpointWriteError(OSError, SerializationError):
     """Writing a checkpoint failed on disk; nothing was replaced.
@@ -116,12 +89,7 @@ _restore = False  # whether the collector was on when the first of them entered
 
 
 def _reset_in_child() -> None:
-    """After a fork: a fresh lock, and no pause held by threads the child does not have.
-
-    The collector is turned back on if a block had paused it (the child
-    cannot tell whether the forking thread's own block is among them; such a
-    block then runs its rest with the collector on).
-    """
+    """After a fork: a fresh lock, and no pause held by threads the child does not have."""
     global _lock, _holders
     _lock = threading.Lock()
     if _holders:
@@ -136,14 +104,7 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
-    """Keep the cyclic collector off inside the block (restoring its previous state).
-
-    A checkpoint of 100,000 arrays makes a few objects per array (nodes,
-    members, JSON pieces), none of them cyclic; the collector's passes over
-    them cost more than building them. Blocks may overlap across threads (a
-    background export beside a load): the collector comes back on when the
-    last one leaves, and only if it was on when the first one entered.
-    """
+    """Keep the cyclic collector off inside the block (restoring its previous state)."""
     global _holders, _restore
     with _lock:
         if _holders == 0:
@@ -164,13 +125,7 @@ _NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
-    """``os.open`` without updating the access time where the owner may ask for that.
-
-    Reading a checkpoint should not write to it: on a ``relatime`` mount the
-    first read after an export would otherwise update its files' inodes,
-    which costs a small checkpoint's load a journal handle each. With
-    ``dir_fd``, ``path``'s last component is opened in that directory.
-    """
+    """``os.open`` without updating the access time where the owner may ask for that."""
     name: Path | str = path if dir_fd is None else path.name
     if _NOATIME:
         try:
@@ -181,16 +136,7 @@ def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
 
 
 def open_regular(path: Path, *, follow: bool, dir_fd: int | None = None) -> tuple[int, int]:
-    """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted.
-
-    ``O_NONBLOCK`` keeps a FIFO from hanging the open; ``follow=False`` refuses
-    symlinks (used for files inside a checkpoint directory). With ``dir_fd``
-    (a descriptor of ``path``'s directory), the file is opened in it.
-
-    Raises:
-        FileNotFoundError: nothing exists at ``path``.
-        SerializationError: ``path`` is not a regular file, or cannot be opened.
-    """
+    """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     if not follow:
@@ -247,12 +193,7 @@ def _sync_file_range() -> Any:
 
 
 def _start_writeback(fds: list[int]) -> None:
-    """Ask the kernel to start writing the dirty pages of ``fds`` (a hint: errors are ignored).
-
-    Without it, the first ``fsync`` commits the others' new inodes while their
-    data still waits for delayed allocation, and each later ``fsync`` needs a
-    commit of its own; with it, one commit usually carries every file.
-    """
+    """Ask the kernel to start writing the dirty pages of ``fds`` (a hint: errors are ignored)."""
     fn = _sync_file_range()
     if fn is not None:
         for fd in fds:
@@ -260,14 +201,7 @@ def _start_writeback(fds: list[int]) -> None:
 
 
 def fsync_all(files: list[int], directories: list[int]) -> None:
-    """fsync ``files`` and ``directories`` (descriptors), all at the same time.
-
-    The files' writeback is started first; then the first descriptor is
-    synced on the calling thread (``fsync`` releases the GIL) and the others on
-    the pool, all at once: a disk with a queue serves them together, which
-    even for a small checkpoint's three fsyncs took about half the time of
-    syncing them in turn on the project's machine (a virtual disk).
-    """
+    """fsync ``files`` and ``directories`` (descriptors), all at the same time."""
     fds = files + directories
     _start_writeback(files)
     futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
@@ -281,9 +215,9 @@ def fsync_all(files: list[int], directories: list[int]) -> None:
 
 
 try:  # zlib-ng computes CRC-32 several times faster than zlib (23 against 3-4 GB/s here)
-    from zlib_ng.zlib_ng import crc32
+    from zlib_ng.zlib_ng import crc32 as crc32  # noqa: PLC0414 (re-exported)
 except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
-    from zlib import crc32
+    from zlib import crc32 as crc32  # noqa: PLC0414
 
 
 # CRC-32 of a concatenation from the CRCs of its parts (zlib's crc32_combine,
@@ -370,13 +304,7 @@ def step(name: str) -> None:
 
 @functools.cache
 def host_tag() -> str:
-    """A short tag naming where this process's PIDs mean something: machine, boot, PID namespace.
-
-    Two processes with the same tag can tell with ``kill(pid, 0)`` whether the
-    other is alive; processes on other hosts or in other containers sharing a
-    volume get another tag (unless they share the host name, the boot and the
-    PID namespace, in which case their PIDs are comparable anyway).
-    """
+    """A short tag naming where this process's PIDs mean something: machine, boot, PID namespace."""
     parts = [socket.gethostname(), "", ""]
     try:
         parts[1] = Path("/proc/sys/kernel/random/boot_id").read_text()
@@ -442,12 +370,7 @@ def _last_change(path: Path) -> float:
 
 
 def _is_debris(path: Path, prefix: str, now: float) -> bool:
-    """Whether the leftover ``path`` (its name starts with ``prefix``) has no live writer.
-
-    A name of this host (``<tag>-<pid>-<random>`` with this process's tag) is
-    debris once its process is gone; any other name only once nothing in it
-    has changed for :data:`FOREIGN_AGE_S` (PIDs of another host mean nothing here).
-    """
+    """Whether the leftover ``path`` (its name starts with ``prefix``) has no live writer."""
     tag, _, rest = path.name[len(prefix) :].partition("-")
     pid_text = rest.partition("-")[0]
     if tag == host_tag() and pid_text.isdigit():
@@ -472,12 +395,7 @@ def _debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
 
 
 def parked(target: Path) -> list[Path]:
-    """Checkpoints parked beside ``target`` by the two-rename swap, the most recent first.
-
-    Between the two renames (and after a crash there) the old checkpoint is
-    only under its parked name; :func:`exchange` parks one at a time, so the
-    most recently parked is the one that was at ``target``.
-    """
+    """Checkpoints parked beside ``target`` by the two-rename swap, the most recent first."""
     prefix = f".{target.name}{_PARKED}"
     found: list[tuple[float, Path]] = []
     try:
@@ -494,12 +412,7 @@ def parked(target: Path) -> list[Path]:
 
 
 def clean_debris(target: Path) -> None:
-    """Remove leftovers of ``target``'s finished writers, recovering a parked checkpoint first.
-
-    A checkpoint parked by a process killed between the two renames of the
-    fallback swap is moved back to ``target`` when nothing is there; only
-    then is anything deleted.
-    """
+    """Remove leftovers of ``target``'s finished writers, recovering a parked checkpoint first."""
     prefix = f".{target.name}."
     try:
         names = [n for n in os.listdir(target.parent) if n.startswith(prefix)]
@@ -572,11 +485,7 @@ def rename_noreplace(src: Path, dst: Path) -> None:
 
 
 def exchange(src: Path, dst: Path) -> Path:
-    """Put ``src`` at the existing ``dst`` atomically; return where the old ``dst`` went.
-
-    Raises:
-        FileNotFoundError: ``dst`` vanished meanwhile (nothing was moved).
-    """
+    """Put ``src`` at the existing ``dst`` atomically; return where the old ``dst`` went."""
     if not src.is_dir():
         os.replace(src, dst)
         return src  # nothing left at src
@@ -629,27 +538,7 @@ def publish(
     what: str = "checkpoint",
     checked: bool = False,
 ) -> None:
-    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
-
-    ``write(tmp)`` creates the whole checkpoint, fsynced, at a fresh temporary
-    sibling ``tmp``; it is then moved into place atomically and the parent
-    directory is fsynced. Missing parent directories are created. A replaced
-    checkpoint is deleted before this returns.
-
-    Args:
-        target: absolute path of the checkpoint.
-        write: creates the checkpoint at the path it is given.
-        overwrite: whether an existing checkpoint may be replaced.
-        is_ours: whether an existing path is a checkpoint that ``overwrite`` may replace.
-        what: names what ``is_ours`` accepts in messages (``"zip checkpoint"``).
-        checked: the caller has just found that ``target`` is a checkpoint
-            ``is_ours`` accepts (it is not looked at again unless it vanishes).
-
-    Raises:
-        FileExistsError: ``target`` exists and ``overwrite`` is false.
-        SerializationError: ``target`` exists and is not a checkpoint ``is_ours`` accepts.
-        CheckpointWriteError: ``write`` failed with an ``OSError``; nothing was replaced.
-    """
+    """Create a checkpoint at ``target`` so that a crash never loses the one already there."""
 
     def refuse_existing() -> None:
         if not overwrite:
@@ -748,6 +637,9 @@ def _delete_soon(old: Path) -> Future[None]:
     return pool().submit(_remove_old, old)
 
 
+MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files
+
+
 def _remove_old(old: Path) -> None:
     """Delete a swapped-out old checkpoint (a file's swap leaves nothing at ``old``)."""
     if not _remove_known(old):
@@ -755,14 +647,10 @@ def _remove_old(old: Path) -> None:
 
 
 def _remove_known(path: Path) -> bool:
-    """Delete a checkpoint directory laid out as export writes it; return whether it is gone.
-
-    A directory holding just ``manifest.json`` and ``arrays.npz`` goes with
-    three system calls; anything else is left for the careful removal.
-    """
+    """Delete a checkpoint directory laid out as export writes it; return whether it is gone."""
     try:
-        os.unlink(os.path.join(path, "manifest.json"))
-        os.unlink(os.path.join(path, "arrays.npz"))
+        os.unlink(os.path.join(path, MANIFEST))
+        os.unlink(os.path.join(path, ARRAYS))
         os.rmdir(path)
     except OSError:
         return False

@@ -9,12 +9,10 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from ._checkpoint import open_checkpoint
 from ._decode import struct_kinds_ok
+from ._detect import open_checkpoint
 from ._formats import ArraySpec, key_label
 from ._schema import check_arrays_table, limits_from_kwargs
-
-__all__ = ["CheckpointInfo", "inspect", "verify", "verify_report"]
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -274,13 +272,7 @@ def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
 
 
 def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
-    """Like :func:`verify`; also return whether stored checksums were checked.
-
-    A format's opened checkpoint that has a ``verify(table)`` method checks
-    its own checksums (the built-in formats' CRCs); any other format's arrays
-    are read one at a time (never all at once), which finds truncation and
-    size mismatches but not a flipped byte.
-    """
+    """Like :func:`verify`; also return whether stored checksums were checked."""
     lim = limits_from_kwargs("verify", limits)
     target = Path(os.fspath(path))
     where = repr(str(target))

@@ -30,8 +30,6 @@ from ._detect import format_named
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
 
-__all__ = ["CheckpointManager"]
-
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
 

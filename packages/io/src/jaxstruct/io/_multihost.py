@@ -21,19 +21,6 @@ from jaxstruct.registry import SerializationError
 
 from ._jax_private import distributed_client, distributed_state
 
-__all__ = [
-    "BARRIER_TIMEOUT_S",
-    "SYNC_TIMEOUT_ENV",
-    "PreemptionWatch",
-    "agree",
-    "barrier",
-    "check_primary_holds",
-    "is_primary",
-    "process_count",
-    "share_outcome",
-    "sync_timeout",
-]
-
 #: How long a process waits for the others at a barrier before giving up (by default).
 BARRIER_TIMEOUT_S = 600.0
 #: The environment variable that sets that wait, in seconds.
@@ -105,13 +92,7 @@ def _client() -> Any:
 
 
 def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> None:
-    """Wait until every process reaches the barrier ``name`` (a no-op with one process).
-
-    Every process must call barriers in the same order: the name gets a
-    sequence number, so two exports of the same path never share a barrier.
-    After ``timeout_s`` (default :func:`sync_timeout`) it raises, naming the
-    barrier, ``path`` and the processes that did not arrive.
-    """
+    """Wait until every process reaches the barrier ``name`` (a no-op with one process)."""
     if process_count() == 1:
         return
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -136,11 +117,7 @@ def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> Non
 
 
 def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = "") -> str:
-    """Return process 0's ``value`` in every process (``value`` itself with one process).
-
-    The others' own ``value`` is ignored. Every process must call it in the
-    same order as :func:`barrier`.
-    """
+    """Return process 0's ``value`` in every process (``value`` itself with one process)."""
     if process_count() == 1:
         return value
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -166,14 +143,7 @@ def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = 
 def share_outcome(
     name: str, error: BaseException | None, timeout_s: float | None = None, *, path: str = ""
 ) -> None:
-    """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere.
-
-    Process 0 passes its error (``None`` on success) and returns at once; the
-    others wait for that word and raise the same kind of error, so no process
-    reports success for a checkpoint that was not written, and none is left
-    waiting for a process that gave up (a no-op with one process). Every
-    process must call it in the same order as :func:`barrier`.
-    """
+    """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere."""
     if process_count() == 1:
         return
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -203,11 +173,7 @@ def share_outcome(
 
 
 def _primary_holds(arr: Any) -> bool:
-    """Whether process 0's devices hold every block of ``arr``.
-
-    Decided from the sharding alone, so every process reaches the same answer
-    (``is_fully_addressable`` differs from process to process).
-    """
+    """Whether process 0's devices hold every block of ``arr``."""
     blocks = arr.sharding.devices_indices_map(tuple(arr.shape))
 
     def marker(index: Any) -> tuple[Any, ...]:
@@ -219,10 +185,7 @@ def _primary_holds(arr: Any) -> bool:
 
 
 def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) -> None:
-    """Refuse arrays that process 0 does not hold entirely (multi-process runs).
-
-    Every process reaches the same verdict, so all of them raise together.
-    """
+    """Refuse arrays that process 0 does not hold entirely (multi-process runs)."""
     import jax
 
     for key, arr in arrays.items():
@@ -311,11 +274,7 @@ class PreemptionWatch:
         return self._reached
 
     def reached_at(self, step: int) -> bool:
-        """Return whether ``step`` is the step to save before stopping (then always true).
-
-        In a multi-process run every process must call it at every step, with
-        the same step numbers; they all get true at the same step.
-        """
+        """Return whether ``step`` is the step to save before stopping (then always true)."""
         if self._reached:
             return True
         if self._distributed:
@@ -327,11 +286,7 @@ class PreemptionWatch:
         return self._reached
 
     def saving(self) -> bool:
-        """Called by a save: whether it is the save before stopping (a notice arrived).
-
-        In a single process a notice makes the next save the last one; in a
-        multi-process run only :meth:`reached_at` decides.
-        """
+        """Called by a save: whether it is the save before stopping (a notice arrived)."""
         if not self._distributed and self._noticed:
             self._reached = True
         return self._reached

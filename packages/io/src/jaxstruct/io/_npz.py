@@ -19,28 +19,12 @@ from ._formats import OpenedCheckpoint, aligned_empty
 from ._fs import crc32
 from ._schema import storage_dtype
 
-__all__ = [
-    "MAGIC",
-    "NpzCheckpoint",
-    "aligned_empty",
-    "array_bytes",
-    "build_header",
-    "members",
-    "norm_index",
-    "read_member",
-    "write_npz",
-]
-
 MAGIC = b"\x93NUMPY"
 _MAX_HEADER = 65_535
 
 
 def array_bytes(arr: np.ndarray) -> tuple[memoryview, bool]:
-    """Return the raw bytes of ``arr`` in on-disk order, and whether that is Fortran order.
-
-    C- and Fortran-contiguous arrays are not copied; other layouts are copied
-    once into C order.
-    """
+    """Return the raw bytes of ``arr`` in on-disk order, and whether that is Fortran order."""
     if arr.flags.c_contiguous:
         flat, fortran = arr.reshape(-1), False
     elif arr.flags.f_contiguous:
@@ -133,10 +117,7 @@ class NpzCheckpoint(OpenedCheckpoint):
                 )
 
     def verify(self, table: ArrayTable) -> list[str]:
-        """Read every member through, checking sizes, CRCs, dtypes and shapes; list what is bad.
-
-        Nothing is kept: each member streams through one scratch buffer.
-        """
+        """Read every member through, checking sizes, CRCs, dtypes and shapes; list what is bad."""
         problems: list[str] = []
         if self.container is not None:
             try:
@@ -169,11 +150,7 @@ class NpzCheckpoint(OpenedCheckpoint):
     def read_arrays(
         self, table: ArrayTable, wanted: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time.
-
-        A ``None`` placement gives a 64-byte-aligned host array; a ``Sharding``
-        gives a ``jax.Array`` built from the slices each addressable device needs.
-        """
+        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time."""
         self.check_members(table)
         keys = list(table) if wanted is None else list(wanted)
         out: dict[str, Any] = {}
@@ -218,12 +195,7 @@ class NpzCheckpoint(OpenedCheckpoint):
         return stored, fortran, start
 
     def _read_cached(self, name: str, entry: _zip.Entry, spec: Any) -> np.ndarray | None:
-        """A stored member that the index holds in memory, exactly as export writes it.
-
-        Its header must be the very bytes export writes for the manifest's
-        dtype and shape (so nothing needs parsing); anything else, or a member
-        not in memory, returns ``None`` for the general path to read and judge.
-        """
+        """A stored member that the index holds in memory, exactly as export writes it."""
         raw = self.index.cached(entry.data_offset, entry.csize)
         if raw is None:
             return None
@@ -246,10 +218,7 @@ class NpzCheckpoint(OpenedCheckpoint):
         placement: Any = None,
         checks: list[Callable[[], None]] | None = None,
     ) -> Any:
-        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked.
-
-        With ``checks``, a CRC still being computed is left there to check later.
-        """
+        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked."""
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
@@ -458,11 +427,7 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
 
 
 def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
-    """A small ``jax.Array`` held whole by one device: its bytes, copied now (else ``None``).
-
-    Checkpoints of many small arrays spend most of their export here, and
-    one host copy of a few KiB costs less than walking the shards.
-    """
+    """A small ``jax.Array`` held whole by one device: its bytes, copied now (else ``None``)."""
     stored = storage_dtype(np.dtype(arr.dtype))
     if arr.size * stored.itemsize > _SMALL_MEMBER or len(arr.sharding.device_set) != 1:
         return None

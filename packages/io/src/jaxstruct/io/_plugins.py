@@ -29,34 +29,6 @@ from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format
 from ._values import Codec
 
-__all__ = [
-    "ALLOW_ENV",
-    "AUTOLOAD_ENV",
-    "BLOCK_ENV",
-    "ENTRY_POINT_GROUP",
-    "HOOK_NAMES",
-    "PLUGIN_API_VERSION",
-    "Key",
-    "Origin",
-    "PluginError",
-    "PluginInfo",
-    "PluginRegistry",
-    "PluginWarning",
-    "Tables",
-    "autoload_enabled",
-    "check_hooks",
-    "check_item",
-    "claimed_by_broken",
-    "claims_of",
-    "current_registry",
-    "hookimpl",
-    "key_text",
-    "native_reason",
-    "plugin_info",
-    "register_codec",
-    "register_format",
-]
-
 #: A name an item takes: ``("format" | "codec" | "suffix" | "type", name, suffix or class)``.
 Key = tuple[str, Any]
 
@@ -154,16 +126,7 @@ def impl_markers(function: Any) -> list[str]:
 
 
 def check_hooks(plugin: Any) -> str | None:
-    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
-
-    pluggy registers a marked function under any name (an unknown hook only
-    shows up in ``check_pending``) and ignores a ``jaxstruct_*`` function that
-    lacks our marker; either way the plugin's author would never learn that
-    the hook does not run.
-
-    Returns:
-        What is wrong, naming the hook (the caller names the plugin), or ``None``.
-    """
+    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker."""
     who = "it"
     hooks = ", ".join(HOOK_NAMES)
     for name in dir(plugin):

@@ -14,22 +14,6 @@ from jaxstruct.registry import SerializationError
 
 from . import _fs
 
-__all__ = [
-    "DEFAULT_LIMITS",
-    "FORMAT_VERSION",
-    "MARKER",
-    "Limits",
-    "check_arrays_table",
-    "check_node_budget",
-    "check_version",
-    "dtype_name",
-    "dump_manifest",
-    "limits_from_kwargs",
-    "parse_dtype",
-    "parse_manifest",
-    "storage_dtype",
-]
-
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -108,12 +92,7 @@ _NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their mani
 
 
 def dtype_name(dtype: np.dtype, where: object) -> str:
-    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly.
-
-    Raises:
-        SerializationError: object, string (``StringDType``) and structured
-            dtypes, which have no exact pickle-free representation.
-    """
+    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
     found = _NAMES.get(dtype)
     if found is not None:
         return found
@@ -147,11 +126,7 @@ def _checked_name(dtype: np.dtype, where: object) -> str:
 
 
 def parse_dtype(name: object, where: str) -> np.dtype:
-    """Return the dtype a manifest names, without evaluating anything the file controls.
-
-    Raises:
-        SerializationError: the name is not a string naming a supported dtype.
-    """
+    """Return the dtype a manifest names, without evaluating anything the file controls."""
     if type(name) is str:
         found = _PARSED.get(name)
         if found is not None:
@@ -214,12 +189,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",",
 
 
 def _node_encoder() -> Callable[[Any], str]:
-    """Return a function giving the compact JSON text of one node.
-
-    A manifest has a node per array, so this runs 100,000 times for as many
-    arrays: one C encoder is made once and reused, rather than one per call
-    as ``json.dumps`` does (where the C encoder is missing, the plain encoder).
-    """
+    """Return a function giving the compact JSON text of one node."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - Python builds without the _json accelerator
         return _ENCODER.encode
@@ -260,17 +230,7 @@ _NODES_KEY = b'"nodes"'
 
 
 def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
-    """Refuse a manifest with more than ``max_nodes`` nodes before parsing it.
-
-    Parsing JSON costs tens of bytes of memory per byte of text, so the
-    nodes are counted first, on the raw bytes: the elements of the
-    ``"nodes"`` array are the commas directly inside it (outside strings),
-    plus one. The scan is vectorised, works on a few MiB at a time, and never
-    builds a Python object per node.
-
-    Raises:
-        SerializationError: the manifest holds more than ``max_nodes`` nodes.
-    """
+    """Refuse a manifest with more than ``max_nodes`` nodes before parsing it."""
     if data.count(b"[") <= max_nodes:  # every node is a JSON array: nothing to count
         return
     # Escaped backslashes and quotes cannot delimit strings; blank them out.

@@ -13,8 +13,6 @@ from ._encode import encode_state
 from ._formats import host_array
 from ._schema import Limits, check_arrays_table, check_version, limits_from_kwargs
 
-__all__ = ["from_state_dict", "restore", "to_state_dict"]
-
 _KEYS = {"version", "manifest", "arrays", "array_data"}
 
 

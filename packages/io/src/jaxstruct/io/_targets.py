@@ -13,8 +13,6 @@ from jaxstruct.registry import ClassReferenceError, SerializationError, class_re
 from ._formats import ArraySpec, Placement
 from ._values import is_struct_class, struct_fields
 
-__all__ = ["SavedSharding", "TargetMatch", "match_target", "mesh_placements", "saved_sharding"]
-
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
 SpecEntry = None | str | tuple[str, ...]
 
@@ -76,14 +74,7 @@ def mesh_placements(
     strict: bool,
     where: str,
 ) -> dict[str, Any]:
-    """A ``NamedSharding`` on ``mesh`` for each of ``keys``, from the shardings saved.
-
-    ``saved`` is ``None`` when the checkpoint did not record shardings.
-
-    Raises:
-        SerializationError: the checkpoint has no record, or (``strict``) an
-            array was sharded along an axis ``mesh`` does not have.
-    """
+    """A ``NamedSharding`` on ``mesh`` for each of ``keys``, from the shardings saved."""
     import jax
 
     if not isinstance(mesh, jax.sharding.Mesh):
@@ -118,17 +109,7 @@ _CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
 
 @dataclasses.dataclass
 class TargetMatch:
-    """What a target says about a checkpoint: placements, and what it vouches for.
-
-    Attributes:
-        placements: ``array key -> placement`` for every stored array.
-        classes: ``node index -> class`` where the target holds an instance of
-            the class the file names at that node.
-        supplied: ``node index -> {field: value}``: the target's values of the
-            fields that the struct at that node does not store.
-        leaves: ``node index -> function``: the target's functions where the
-            file holds a ``callable`` node (code is never stored).
-    """
+    """What a target says about a checkpoint: placements, and what it vouches for."""
 
     placements: dict[str, Placement]
     classes: dict[int, type] = dataclasses.field(default_factory=dict)
@@ -295,11 +276,7 @@ def _child_indices(node: list[Any]) -> list[Any]:
 
 
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
-    """``(aux data or None, children)`` of a pytree value, as its stored node lists them.
-
-    The aux data is matched against the stored payload when the payload is the
-    aux data itself (modes ``"a"`` and ``"j"``), not a serializer's output.
-    """
+    """``(aux data or None, children)`` of a pytree value, as its stored node lists them."""
     if mode == "j":  # registered with JAX only: its own flatten, one level
         from ._values import flatten_node
 
@@ -356,19 +333,7 @@ def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
 def match_target(
     nodes: list[Any], root: object, table: Mapping[str, ArraySpec], target: Any, where: str
 ) -> TargetMatch:
-    """Match ``target`` against the stored tree: placements, and what the target vouches for.
-
-    Args:
-        nodes: the manifest's node table (already checked to be a list).
-        root: the manifest's root index.
-        table: the checked arrays table.
-        target: the user's target tree (``None`` places everything as stored).
-        where: the checkpoint's name for messages.
-
-    Raises:
-        SerializationError: the target's structure, a shape or a dtype does not
-            match what is stored; the message names the path.
-    """
+    """Match ``target`` against the stored tree: placements, and what the target vouches for."""
     out: dict[str, Placement] = dict.fromkeys(table)
     match = TargetMatch(out)
     if target is None:

@@ -14,17 +14,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = [
-    "Codec",
-    "build_struct",
-    "flatten_node",
-    "imported_node_class",
-    "is_node_class",
-    "is_struct_class",
-    "struct_fields",
-    "unflatten_node",
-]
-
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 
 
@@ -112,12 +101,7 @@ def flatten_node(value: Any) -> tuple[list[Any], Any] | None:
 
 
 def unflatten_node(cls: type, aux: Any, children: Sequence[Any]) -> Any:
-    """Rebuild an instance of ``cls`` through its JAX-registered unflatten.
-
-    Raises:
-        TypeError: ``cls`` is not registered as a pytree node with JAX, or this
-            JAX cannot build a tree from node data.
-    """
+    """Rebuild an instance of ``cls`` through its JAX-registered unflatten."""
     import jax
 
     make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
@@ -149,10 +133,7 @@ def is_node_class(cls: type) -> bool:
 
 
 def imported_node_class(ref: str) -> type | None:
-    """The JAX pytree node class ``ref`` names in an already imported module, else ``None``.
-
-    Nothing is imported: a module not in ``sys.modules`` gives ``None``.
-    """
+    """The JAX pytree node class ``ref`` names in an already imported module, else ``None``."""
     module_name, _, qualname = ref.partition(":")
     module = sys.modules.get(module_name)
     if module is None or not qualname or "<" in qualname:

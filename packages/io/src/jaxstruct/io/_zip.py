@@ -21,8 +21,6 @@ from jaxstruct.registry import SerializationError
 
 from ._fs import WORKERS, CrcParts, crc32, crc32_combine, pool
 
-__all__ = ["Chunk", "Entry", "Member", "MemberReader", "ZipIndex", "read_index", "write_zip"]
-
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
 _DOS_DATE = (1 << 5) | 1  # 1980-01-01: fixed timestamps make exports reproducible.
@@ -48,14 +46,7 @@ Chunk = bytes | memoryview
 
 @dataclasses.dataclass
 class Member:
-    """One member to write: its name, its size and its content as chunks.
-
-    ``chunks`` is called once per pass over the content and yields byte
-    chunks (views of the caller's arrays where possible, never one copy of a
-    whole sharded array). ``sample`` is a few KiB of the content used to decide
-    whether compressing pays (``None``: taken from ``parts`` when given, else
-    from the first chunks); it is only taken when compression is considered.
-    """
+    """One member to write: its name, its size and its content as chunks."""
 
     name: str
     size: int
@@ -251,20 +242,7 @@ def write_zip(
     compression: str,
     after_member: Callable[[str], None] | None = None,
 ) -> tuple[int, int]:
-    """Write ``members`` as a zip archive to ``stream``, compressing in parallel.
-
-    Offsets in the archive count from where ``stream`` is when called, so an
-    archive can be written inside another one.
-
-    Args:
-        stream: a binary file opened for writing.
-        members: the members, in archive order.
-        compression: ``"auto"``, ``"deflate"`` or ``"none"``.
-        after_member: called with each member name once it is written (test hook).
-
-    Returns:
-        ``(size, crc)``: the number of bytes written and their CRC-32.
-    """
+    """Write ``members`` as a zip archive to ``stream``, compressing in parallel."""
     if compression != "deflate" and _all_tiny(members):
         return _write_tiny(stream, members, after_member)
     central: list[bytes] = []
@@ -339,11 +317,7 @@ def _all_tiny(members: Sequence[Member]) -> bool:
 def _write_tiny(
     stream: BinaryIO, members: Sequence[Member], after_member: Callable[[str], None] | None
 ) -> tuple[int, int]:
-    """:func:`write_zip` for members that are all tiny: stored, built in memory, one write.
-
-    The same bytes the general path writes for stored members, without its
-    per-member machinery (a checkpoint of small arrays spends its export there).
-    """
+    """:func:`write_zip` for members that are all tiny: stored, built in memory, one write."""
     pieces: list[bytes] = []
     central: list[bytes] = []
     offset = 0
@@ -398,12 +372,7 @@ def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:
 
 
 def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Member, _Prepared]]:
-    """Yield each member with its CRC and payload, in order.
-
-    Members of at least ``_INLINE`` bytes are prepared on the worker pool, a
-    few ahead of the writer; smaller ones on the calling thread when reached
-    (handing a tiny member to a thread costs more than its CRC).
-    """
+    """Yield each member with its CRC and payload, in order."""
     heavy = [i for i, m in enumerate(members) if m.size >= _INLINE]
     total = sum(members[i].size for i in heavy)
     if len(heavy) <= 1 or WORKERS == 1 or total < _PARALLEL_BYTES:
@@ -443,11 +412,7 @@ def write_outer(
     entries: Sequence[tuple[str, int, int, int, int, int, int]],
     start: int,
 ) -> None:
-    """Write the central directory of an outer archive written by hand.
-
-    ``entries``: ``(name, offset, method, crc, size, csize, zip64)`` per member;
-    ``start``: the stream offset where the central directory begins.
-    """
+    """Write the central directory of an outer archive written by hand."""
     central = b""
     for name, off, method, crc, size, csize, zip64 in entries:
         prep = _Prepared(crc, size, method, None, csize, crc)
@@ -498,12 +463,7 @@ class Entry(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ZipIndex:
-    """The checked members of an archive, by name.
-
-    ``data`` holds the whole archive when it was small enough to read with one
-    system call (``data[0]`` is at file offset ``base``); members are then
-    read from it instead of from the file.
-    """
+    """The checked members of an archive, by name."""
 
     entries: dict[str, Entry]
     data: bytes | memoryview | None = None
@@ -527,14 +487,7 @@ _ZIP_VERSION = 63  # the newest "version needed to extract" zipfile reads
 
 
 def _simple_records(read: Any, file_size: int) -> list[_Record] | None:
-    """The members of an archive laid out as export writes small ones, else ``None``.
-
-    Simple means: no archive comment, no ZIP64 records, the central directory
-    right before the end record, no extra fields in it, no NUL or backslash in
-    a name, a format version zipfile knows. Anything else (or anything
-    malformed) returns ``None`` and is left to :mod:`zipfile`, which knows
-    every variant. ``read(offset, n)`` reads the archive.
-    """
+    """The members of an archive laid out as export writes small ones, else ``None``."""
     if file_size < _EOCD.size:
         return None
     end = file_size - _EOCD.size
@@ -641,20 +594,7 @@ def read_index(
     base: int = 0,
     data: bytes | memoryview | None = None,
 ) -> ZipIndex:
-    """Parse and check the central directory of the zip archive open at ``fd``.
-
-    The archive spans ``file_size`` bytes from offset ``base`` (an archive
-    stored inside another); entry offsets are returned relative to the file.
-    An archive of at most ``_WHOLE_FILE`` bytes is read with one system call
-    (or taken from ``data``, its bytes, when the caller has them) and kept in
-    the index.
-
-    Raises:
-        SerializationError: the archive is malformed, encrypted, uses another
-            compression method, names a member twice, has members that overlap
-            or run past the end of the file, or claims an inflation ratio above
-            ``max_ratio``.
-    """
+    """Parse and check the central directory of the zip archive open at ``fd``."""
     if data is None and file_size <= _WHOLE_FILE:
         data = os.pread(fd, file_size, base)
         if len(data) != file_size:
@@ -744,12 +684,7 @@ class MemberReader:
         return SerializationError(f"{self._where}: member {self._entry.name!r}: {problem}")
 
     def check_in_background(self) -> bool:
-        """Compute the CRC of a big stored member on the CRC threads, overlapping the reads.
-
-        Only for a caller that reads into distinct memory it keeps until
-        :meth:`finish` (a reused scratch buffer would be overwritten before
-        it is checked). Returns whether the checks now run in the background.
-        """
+        """Compute the CRC of a big stored member on the CRC threads, overlapping the reads."""
         if self._inflater is None and self._whole is None and self._entry.csize >= _OVERLAP_CRC:
             self._chain = CrcParts(self._crc)
         return self._chain is not None
@@ -823,12 +758,7 @@ class MemberReader:
                 raise self._fail("compressed data ended early")
 
     def finish(self, later: list[Callable[[], None]] | None = None) -> None:
-        """Check that every byte was consumed and that the CRC matches.
-
-        With ``later``, a CRC still being computed on the CRC threads is not
-        waited for: its check is appended to ``later`` for the caller to run
-        (before it hands out the data), so the next member is read meanwhile.
-        """
+        """Check that every byte was consumed and that the CRC matches."""
         if self._produced != self._entry.size:
             raise self._fail("holds more bytes than its contents need")
         if self._inflater is not None and (self._pending or self._inflater.unconsumed_tail):
