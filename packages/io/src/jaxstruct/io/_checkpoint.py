@@ -82,24 +82,6 @@ def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
     )
 
 
-def _publish(
-    target: Path,
-    fmt: Format,
-    overwrite: bool,
-    write: Callable[[Path], None],
-    checked: bool = False,
-) -> None:
-    """Create the checkpoint at a temporary sibling with ``write`` and move it into place."""
-    _fs.publish(
-        target,
-        write,
-        overwrite=overwrite,
-        is_ours=_is_ours(fmt),
-        what=f"{fmt.name} checkpoint",
-        checked=checked,
-    )
-
-
 def _replaces(target: Any, overwrite: bool) -> bool:
     return overwrite and isinstance(target, Path) and os.path.lexists(target)
 
@@ -107,30 +89,8 @@ def _replaces(target: Any, overwrite: bool) -> bool:
 def _replace_atomically(
     target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
 ) -> None:
-    """Overwrite with a self-publishing format: write beside the target, then swap them."""
-    if _multihost.process_count() > 1:
-        _replace_everywhere(target, fmt, manifest, arrays, compression)
-        return
-    tmp = _fs.temp_sibling(target)
-    old: Path | None = None
-    try:
-        try:
-            write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
-        except OSError as err:
-            raise _disk_error(target, err) from err
-        old = _fs.exchange(tmp, target)
-        _fs.fsync_dir(target.parent)
-        _fs.step("published")
-    finally:
-        _fs.remove(old if old is not None else tmp)
-    _fs.step("done")
-
-
-def _replace_everywhere(
-    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
-) -> None:
-    """Overwrite in a multi-process run: every process writes the same temporary
-    sibling (a format that writes collectively), then process 0 swaps it in."""
+    """Overwrite with a self-publishing format: every process writes the same temporary
+    sibling (a multi-process format writes collectively), then process 0 swaps it in."""
     primary = _multihost.is_primary()
     name = _fs.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
@@ -178,50 +138,47 @@ def _write_everywhere(
     checked: bool = False,
 ) -> PendingWrite | None:
     """Write and publish the checkpoint (in this thread); return a format's own pending write."""
-    step = _fs.step
-    if fmt.multiprocess or _multihost.process_count() == 1:
-        if fmt.publishes_atomically and _replaces(target, overwrite):
+    single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    if fmt.publishes_atomically and not single_writer:
+        if _replaces(target, overwrite):
             _replace_atomically(target, fmt, manifest, arrays, compression)
             return None
-        if fmt.publishes_atomically:
-            if background:
-                pending = fmt.write_async(
-                    target, manifest, arrays, compression=compression, step=step
-                )
-                if pending is not None:
-                    return pending
-            try:
-                write_checked(fmt, target, manifest, arrays, compression, publishing=False)
-            except OSError as err:
-                raise _disk_error(target, err) from err
-            _fs.step("published")
-            _fs.step("done")
-            return None
-        _publish(
-            target,
-            fmt,
-            overwrite,
-            lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
-            checked,
-        )
-        return None
-    # A single-writer format in a multi-process run: process 0 checks the path and
-    # writes; the others wait for its word and fail as it failed (they never look at
-    # the path themselves: process 0 may already have published there).
-    error: BaseException | None = None
-    if _multihost.is_primary():
+        if background:
+            pending = fmt.write_async(
+                target, manifest, arrays, compression=compression, step=_fs.step
+            )
+            if pending is not None:
+                return pending
         try:
-            found = _check_existing(target, fmt, overwrite)
-            _publish(
+            write_checked(fmt, target, manifest, arrays, compression, publishing=False)
+        except OSError as err:
+            raise _disk_error(target, err) from err
+        _fs.step("published")
+        _fs.step("done")
+        return None
+    # Written at a temporary sibling and published by _fs.publish. A single-writer
+    # format in a multi-process run: process 0 checks the path and writes; the others
+    # wait for its word and fail as it failed (they never look at the path themselves:
+    # process 0 may already have published there).
+    error: BaseException | None = None
+    if not single_writer or _multihost.is_primary():
+        try:
+            if single_writer:
+                checked = _check_existing(target, fmt, overwrite)
+            _fs.publish(
                 target,
-                fmt,
-                overwrite,
                 lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
-                found,
+                overwrite=overwrite,
+                is_ours=_is_ours(fmt),
+                what=f"{fmt.name} checkpoint",
+                checked=checked,
             )
         except BaseException as err:
+            if not single_writer:
+                raise
             error = err
-    _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
+    if single_writer:
+        _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
     if error is not None:
         raise error
     return None
