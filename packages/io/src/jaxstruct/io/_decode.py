@@ -26,7 +26,7 @@ from ._encode import PATH_TYPES
 from ._formats import key_label
 from ._jax_private import weakly_typed
 from ._plugins import current_registry
-from ._schema import Limits, parse_dtype
+from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
 from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
@@ -106,7 +106,7 @@ def _int(value: object) -> int:
             return int(value, 16)
         except ValueError:
             pass
-    raise _NodeError(f"malformed int {_clip(value)}")
+    raise _NodeError(f"malformed int {clip(repr(value))}")
 
 
 def _float(value: object) -> float:
@@ -120,12 +120,7 @@ def _float(value: object) -> float:
         else:
             if not math.isfinite(x):
                 return x
-    raise _NodeError(f"malformed float {_clip(value)}")
-
-
-def _clip(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    raise _NodeError(f"malformed float {clip(repr(value))}")
 
 
 def _str(value: object, what: str) -> str:
@@ -210,7 +205,7 @@ class _Decoder:
             raise _NodeError(f"expected a list of child indices, got {type(items).__name__}")
         for c in items:
             if type(c) is not int or not 0 <= c < index:
-                raise _NodeError(f"child index {_clip(c)} does not point to an earlier node")
+                raise _NodeError(f"child index {clip(repr(c))} does not point to an earlier node")
             if self.used[c]:
                 raise _NodeError(f"node {c} is used twice; each node must have one parent")
             self.used[c] = 1
@@ -250,7 +245,7 @@ class _Decoder:
                     raise _NodeError("malformed node: expected a list starting with a tag")
                 handler = _HANDLERS.get(node[0])
                 if handler is None:
-                    raise _NodeError(f"unknown node tag {_clip(node[0])}")
+                    raise _NodeError(f"unknown node tag {clip(repr(node[0]))}")
                 value, kids = handler(self, i, node)
             except _NodeError as err:
                 raise self.fail(i, str(err)) from None
@@ -479,7 +474,7 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         key = d.value(k)
         try:
             if key in out:
-                raise _NodeError(f"dict key {_clip(key)} appears twice")
+                raise _NodeError(f"dict key {clip(repr(key))} appears twice")
         except TypeError:
             raise _NodeError(f"dict key of type {type(key).__name__} is not hashable") from None
         out[key] = d.value(v)

@@ -28,7 +28,7 @@ from jaxstruct.registry import (
 )
 
 from . import _fs
-from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, dtype_name
+from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
 from ._values import flatten_node, struct_fields
 
 _SAFE_INT = 1 << 53
@@ -50,11 +50,6 @@ def encode_float(x: float) -> float | str:
     if math.isfinite(x):
         return x
     return struct.pack(">d", x).hex()
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _remember_class(cls: type) -> str:
@@ -84,9 +79,9 @@ class _Path:
             if kind == "index":
                 steps.append(f"[{arg}]")
             elif kind == "key":
-                steps.append(f".<key {_short(arg)}>")
+                steps.append(f".<key {clip(repr(arg), 40)}>")
             elif kind == "item":
-                steps.append(f"[{_short(arg)}]")
+                steps.append(f"[{clip(repr(arg), 40)}]")
             elif kind in ("attr", "field"):
                 steps.append(f".{arg}")
             else:  # "text" or "foreign": a literal step, or the root's name

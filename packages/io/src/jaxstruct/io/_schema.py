@@ -18,6 +18,11 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
+def clip(text: str, n: int = 60) -> str:
+    """``text`` cut to ``n`` characters for a message (``...`` marks the cut)."""
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
     """The ceilings a reader enforces on an untrusted checkpoint.
