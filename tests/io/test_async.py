@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _atomic
+from jaxstruct.io import _fs
 from jaxstruct.registry import SerializationError
 
 TIMEOUT = 60
@@ -35,12 +35,12 @@ class _Gate:
 def gate() -> Iterator[_Gate]:
     """Stop background writes once their temporary checkpoint is complete."""
     hook = _Gate("temp-synced")
-    _atomic.STEP_HOOK = hook
+    _fs.STEP_HOOK = hook
     try:
         yield hook
     finally:
         hook.release.set()
-        _atomic.STEP_HOOK = None
+        _fs.STEP_HOOK = None
 
 
 def test_handle_waits_and_reports_done(tmp_path: Path) -> None:
@@ -69,13 +69,13 @@ def test_background_error_is_raised_by_wait(tmp_path: Path) -> None:
         if name == "temp-synced":
             raise OSError(28, "No space left on device")
 
-    _atomic.STEP_HOOK = fail
+    _fs.STEP_HOOK = fail
     try:
         handle = jio.export({"w": np.arange(4)}, tmp_path / "ck", blocking=False)
         with pytest.raises(jio.CheckpointWriteError, match="No space left"):
             handle.wait(TIMEOUT)
     finally:
-        _atomic.STEP_HOOK = None
+        _fs.STEP_HOOK = None
     assert handle.done() and not (tmp_path / "ck").exists()
 
 

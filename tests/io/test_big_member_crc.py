@@ -8,11 +8,11 @@ from pathlib import Path
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _zipread
+from jaxstruct.io import _zip
 from jaxstruct.io._inspect import verify
 from jaxstruct.registry import SerializationError
 
-BIG = (_zipread._OVERLAP_CRC // 4) + 12345  # float32 elements: just over the threshold
+BIG = (_zip._OVERLAP_CRC // 4) + 12345  # float32 elements: just over the threshold
 
 
 def _flip_byte_inside(path: Path, member: str, at: int) -> None:

@@ -12,8 +12,7 @@ import jaxstruct.io as jio
 import numpy as np
 import pytest
 from jaxstruct.io._builtin import DirectoryFormat, ZipFormat
-from jaxstruct.io._limits import Limits
-from jaxstruct.io._manifest import check_arrays_table, parse_manifest
+from jaxstruct.io._schema import Limits, check_arrays_table, parse_manifest
 from jaxstruct.registry import SerializationError
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _preemption
+from jaxstruct.io import _multihost
 
 TIMEOUT = 120
 
@@ -78,7 +78,7 @@ def test_a_forked_child_does_not_see_the_notice(
     assert own_handler == [signal.SIGTERM] and not watch.noticed
     signal.raise_signal(signal.SIGTERM)
     assert watch.noticed
-    _preemption._forget_in_child()  # what os.fork runs in the child
+    _multihost._forget_in_child()  # what os.fork runs in the child
     assert not watch.noticed
     manager.close()
 

@@ -21,8 +21,8 @@ SCRIPT = textwrap.dedent(
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from jaxstruct.io._builtin import DirectoryFormat, ZipFormat
     from jaxstruct.io._encode import encode_state
-    from jaxstruct.io._limits import Limits
-    from jaxstruct.io._manifest import check_arrays_table, dump_manifest, parse_manifest
+    from jaxstruct.io._schema import Limits
+    from jaxstruct.io._schema import check_arrays_table, dump_manifest, parse_manifest
 
     assert len(jax.devices()) == 8
     root = Path(sys.argv[1])

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
-from jaxstruct.io import _zip, _zipread
+from jaxstruct.io import _zip
 from jaxstruct.io._encode import encode_state
 from jaxstruct.io._inspect import verify
-from jaxstruct.io._manifest import dump_manifest
+from jaxstruct.io._schema import dump_manifest
 from jaxstruct.registry import SerializationError
 
 SUFFIX = {"directory": "", "zip": ".zip"}
@@ -231,7 +231,7 @@ def test_failed_directory_fsync_fails_the_export(
 @pytest.mark.parametrize("fmt", ["directory", "zip"])
 def test_small_members_read_whole_and_large_ones_in_pieces_agree(fmt: str, tmp_path: Path) -> None:
     """Members on both sides of the read-whole size load the same, and corruption is caught."""
-    limit = _zipread._READ_WHOLE
+    limit = _zip._READ_WHOLE
     value = {
         "below": np.arange(limit // 8 - 32, dtype=np.float64),  # header + data <= the limit
         "above": np.arange(limit // 8 + 32, dtype=np.float64),
@@ -257,18 +257,18 @@ def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
     import gc
     import threading
 
-    from jaxstruct.io import _gc
+    from jaxstruct.io import _fs
 
     assert gc.isenabled()
     inside, leave = threading.Event(), threading.Event()
 
     def other() -> None:
-        with _gc.paused():
+        with _fs.paused():
             inside.set()
             leave.wait(10)
 
     thread = threading.Thread(target=other)
-    with _gc.paused():
+    with _fs.paused():
         thread.start()
         assert inside.wait(10)
     assert not gc.isenabled()  # the other thread's pause is still on
@@ -277,7 +277,7 @@ def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
     assert gc.isenabled()
     gc.disable()
     try:
-        with _gc.paused():
+        with _fs.paused():
             pass
         assert not gc.isenabled()  # off before, off after
     finally:
@@ -303,7 +303,7 @@ def test_gc_is_paused_for_the_parse_only(tmp_path: Path) -> None:
     (select, migrations) runs with the collector as the user left it."""
     import gc
 
-    from jaxstruct.io import _manifest
+    from jaxstruct.io import _schema
 
     seen: list[bool] = []
     path = jio.export({"a": np.arange(3.0), "b": [1, 2]}, tmp_path / "ck")
@@ -312,7 +312,7 @@ def test_gc_is_paused_for_the_parse_only(tmp_path: Path) -> None:
         seen.append(gc.isenabled())
         return value["a"]
 
-    real = _manifest.json.loads
+    real = _schema.json.loads
 
     def parse(*args: Any, **kwargs: Any) -> Any:
         seen.append(gc.isenabled())
@@ -320,7 +320,7 @@ def test_gc_is_paused_for_the_parse_only(tmp_path: Path) -> None:
 
     assert gc.isenabled()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_manifest.json, "loads", parse)
+        patch.setattr(_schema.json, "loads", parse)
         jio.load(path, select=select)
     assert seen[0] is False  # the parse
     assert seen[1:] and all(seen[1:]), seen  # select, on the skeleton and on the value

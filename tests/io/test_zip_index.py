@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jaxstruct.io import _zipread
+from jaxstruct.io import _zip
 from jaxstruct.registry import SerializationError
 
 
@@ -30,7 +30,7 @@ def _archive(members: dict[str, bytes], **options: Any) -> bytes:
 
 def _records(data: bytes) -> tuple[Any, Any]:
     """What the quick parser finds (None: deferred) and what zipfile finds (or its error type)."""
-    quick = _zipread._simple_records(lambda offset, n: data[offset : offset + n], len(data))
+    quick = _zip._simple_records(lambda offset, n: data[offset : offset + n], len(data))
     path = Path(os.environ.get("TMPDIR", "/tmp"))
     fd = os.memfd_create("archive") if hasattr(os, "memfd_create") else None
     if fd is None:  # pragma: no cover - not Linux
@@ -38,7 +38,7 @@ def _records(data: bytes) -> tuple[Any, Any]:
     try:
         os.write(fd, data)
         try:
-            full: Any = _zipread._zipfile_records(fd, len(data), 0, str(path))
+            full: Any = _zip._zipfile_records(fd, len(data), 0, str(path))
         except SerializationError as err:
             full = type(err)
     finally:

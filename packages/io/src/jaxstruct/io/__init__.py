@@ -2,23 +2,24 @@
 
 from ._async import ExportHandle
 from ._checkpoint import export, load
-from ._codecs import Codec
-from ._errors import CheckpointWriteError
 from ._formats import (
     ArraySpec,
     Format,
+    ManifestNode,
     OpenedCheckpoint,
     PendingWrite,
+    RemoteDirectory,
+    array_paths,
     empty_array,
     host_array,
     host_pieces,
     place,
+    walk,
 )
+from ._fs import CheckpointWriteError
 from ._inspect import CheckpointInfo, inspect
-from ._limits import Limits
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
-from ._paths import ManifestNode, array_paths, walk
 from ._plain import join_path
 from ._plugins import (
     ALLOW_ENV,
@@ -35,9 +36,10 @@ from ._plugins import (
     register_codec,
     register_format,
 )
-from ._remote import RemoteDirectory
-from ._shardings import SavedSharding, saved_sharding
+from ._schema import Limits
 from ._state import from_state_dict, to_state_dict
+from ._targets import SavedSharding, saved_sharding
+from ._values import Codec
 
 __all__ = [
     "ALLOW_ENV",

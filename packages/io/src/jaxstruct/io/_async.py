@@ -12,8 +12,6 @@ from jaxstruct.registry import SerializationError, StructError
 
 from ._formats import PendingWrite, host_array
 
-__all__ = ["ExportHandle", "host_copy", "wait_for_previous"]
-
 _lock = threading.Lock()
 _in_flight: dict[str, ExportHandle] = {}
 

@@ -1,15 +1,8 @@
 """The two built-in formats: a directory and a zip archive holding the same two files.
 
-A checkpoint is ``manifest.json`` plus ``arrays.npz``, an ordinary NumPy
-``.npz`` archive whose members ``<key>.npy`` are the arrays
-(``numpy.load(..., allow_pickle=False)`` reads it). The ``directory`` format
-stores the two files in a directory; the ``zip`` format stores them as the two
-members of one archive, ``arrays.npz`` uncompressed, so unzipping it gives a
-directory checkpoint. (Archives of the first release held the ``.npy`` members
-next to ``manifest.json``; they are still read.)
-
-Reading the arrays is ``_npzread``'s job, writing them ``_npzwrite``'s; this
-module lays out the two files and publishes them.
+``manifest.json`` plus ``arrays.npz`` (``<key>.npy`` members that
+``numpy.load(..., allow_pickle=False)`` reads); the zip stores ``arrays.npz``
+uncompressed, and archives of the first release (members beside the manifest) still load.
 """
 
 from __future__ import annotations
@@ -22,20 +15,12 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from . import _zip, _zipread
-from ._files import open_noatime, open_regular, read_all
+from . import _zip
 from ._formats import Format
-from ._limits import Limits
-from ._manifest import check_node_budget, parse_manifest
-from ._npzread import NpzCheckpoint, aligned_empty, read_member
-from ._npzwrite import members as npz_members
-from ._npzwrite import write_npz
-from ._sync import fsync_all
-
-__all__ = ["ARRAYS", "MANIFEST", "DirectoryFormat", "ZipFormat", "aligned_empty"]
-
-MANIFEST = "manifest.json"
-ARRAYS = "arrays.npz"
+from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
+from ._npz import NpzCheckpoint, read_member, write_npz
+from ._npz import members as npz_members
+from ._schema import Limits, check_node_budget, parse_manifest
 
 
 def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationError:
@@ -54,13 +39,7 @@ def _create(path: Path) -> Any:
 
 
 def _open_pair(path: Path) -> tuple[int, int, int, int]:
-    """Open the manifest and the arrays of the checkpoint directory ``path`` (``-1``: missing).
-
-    Both files are opened, through one descriptor of the directory, before
-    either is read: a concurrent overwrite cannot pair this manifest with the
-    arrays of another export. A directory swapped out and deleted meanwhile is
-    opened again from ``path``.
-    """
+    """Open the manifest and the arrays of the checkpoint directory ``path`` (``-1``: missing)."""
     for attempt in range(3):
         try:
             dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
@@ -136,10 +115,7 @@ class DirectoryFormat(Format):
         return path.is_dir() and (path / MANIFEST).exists()
 
     def owns(self, path: Path) -> bool:
-        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces).
-
-        Its ``manifest.json`` must parse as a jaxstruct manifest of this container.
-        """
+        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
         try:
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return False
@@ -173,7 +149,7 @@ class DirectoryFormat(Format):
             os.close(fd)
         fd, size = arrays_fd, arrays_size
         try:
-            index = _zipread.read_index(
+            index = _zip.read_index(
                 fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio
             )
         except BaseException:
@@ -241,11 +217,7 @@ class ZipFormat(Format):
             os.close(fd)
 
     def owns(self, path: Path) -> bool:
-        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces).
-
-        A zip archive that merely holds a member named ``manifest.json`` is not:
-        that member must parse as a jaxstruct manifest of this container.
-        """
+        """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
         try:
             if not path.is_file():
                 return False
@@ -257,7 +229,7 @@ class ZipFormat(Format):
         try:
             if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
-            index = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            index = _zip.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
             entry = index.entries.get(MANIFEST)
             if entry is None or entry.size > limits.max_manifest_bytes:
                 return False
@@ -271,7 +243,7 @@ class ZipFormat(Format):
         where = repr(str(path))
         fd, size = open_regular(path, follow=True)
         try:
-            outer = _zipread.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
+            outer = _zip.read_index(fd, size, where, max_ratio=limits.max_inflation_ratio)
             entry = outer.entries.get(MANIFEST)
             if entry is None:
                 raise SerializationError(f"{where}: the archive has no manifest.json")
@@ -292,7 +264,7 @@ class ZipFormat(Format):
                     f"{where}: arrays.npz is compressed inside the archive; it must be stored "
                     "(zip it again without compression, e.g. zip -0)"
                 )
-            inner = _zipread.read_index(
+            inner = _zip.read_index(
                 fd,
                 npz.size,
                 f"{where} (arrays.npz)",
@@ -311,7 +283,7 @@ class ZipFormat(Format):
 def _is_our_manifest(data: bytes, fmt: Format) -> bool:
     """Whether ``data`` parses as a jaxstruct manifest written for ``fmt``'s container."""
     try:
-        top = parse_manifest(data, "manifest.json")
+        top = parse_manifest(data, MANIFEST)
     except SerializationError:
         return False
     return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))

@@ -11,23 +11,16 @@ from typing import Any, Literal, overload
 
 from jaxstruct.registry import SerializationError
 
-from . import _async, _atomic, _multihost
+from . import _async, _fs, _multihost
 from ._async import ExportHandle
-from ._contract import write_checked
-from ._decode import Resolver, decode_state
-from ._detect import format_for_export, is_checkpoint, open_any, open_checkpoint
+from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
+from ._detect import format_for_export, is_checkpoint, open_any, write_checked
 from ._encode import encode_state
-from ._errors import CheckpointWriteError
-from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
-from ._limits import Limits, limits_from_kwargs
-from ._manifest import check_arrays_table, dump_manifest
-from ._partial import outside_selection, undecoded_codec
+from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, RemoteDirectory
+from ._fs import CheckpointWriteError
 from ._plain import Rename, load_plain
-from ._remote import RemoteDirectory
-from ._shardings import mesh_placements
-from ._targets import match_target
-
-__all__ = ["export", "is_checkpoint", "is_url", "load", "open_checkpoint"]
+from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
+from ._targets import match_target, mesh_placements
 
 _COMPRESSIONS = ("auto", "deflate", "none")
 
@@ -98,27 +91,6 @@ def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
     )
 
 
-def _publish(
-    target: Path,
-    fmt: Format,
-    overwrite: bool,
-    write: Callable[[Path], None],
-    checked: bool = False,
-) -> None:
-    """Create the checkpoint at a temporary sibling with ``write`` and move it into place.
-
-    ``checked``: the caller has just found an existing checkpoint of ``fmt`` there.
-    """
-    _atomic.publish(
-        target,
-        write,
-        overwrite=overwrite,
-        is_ours=_is_ours(fmt),
-        what=f"{fmt.name} checkpoint",
-        checked=checked,
-    )
-
-
 def _replaces(target: Any, overwrite: bool) -> bool:
     return overwrite and (isinstance(target, str) or os.path.lexists(target))
 
@@ -126,41 +98,20 @@ def _replaces(target: Any, overwrite: bool) -> bool:
 def _replace_atomically(
     target: Any, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
 ) -> None:
-    """Overwrite with a self-publishing format: write beside the target, then swap them."""
+    """Overwrite with a self-publishing format: every process writes the same temporary
+    sibling (a multi-process format writes collectively), then process 0 swaps it in.
+    At a URL the format's remote directory stages the replacement and swaps it in."""
     if isinstance(target, str):
         _replace_at_url(target, fmt, manifest, arrays, compression)
         return
-    if _multihost.process_count() > 1:
-        _replace_everywhere(target, fmt, manifest, arrays, compression)
-        return
-    tmp = _atomic.temp_sibling(target)
-    old: Path | None = None
-    try:
-        try:
-            write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
-        except OSError as err:
-            raise _disk_error(target, err) from err
-        old = _atomic.exchange(tmp, target)
-        _atomic.fsync_dir(target.parent)
-        _atomic.step("published")
-    finally:
-        _atomic.remove(old if old is not None else tmp)
-    _atomic.step("done")
-
-
-def _replace_everywhere(
-    target: Path, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
-) -> None:
-    """Overwrite in a multi-process run: every process writes the same temporary
-    sibling (a format that writes collectively), then process 0 swaps it in."""
     primary = _multihost.is_primary()
-    name = _atomic.temp_sibling(target).name if primary else ""
+    name = _fs.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
     try:
         write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
     except BaseException as err:
         if primary:
-            _atomic.remove(tmp)
+            _fs.remove(tmp)
         if isinstance(err, OSError):
             raise _disk_error(target, err) from err
         raise
@@ -168,17 +119,17 @@ def _replace_everywhere(
     if primary:
         old: Path | None = None
         try:
-            old = _atomic.exchange(tmp, target)
-            _atomic.fsync_dir(target.parent)
-            _atomic.step("published")
+            old = _fs.exchange(tmp, target)
+            _fs.fsync_dir(target.parent)
+            _fs.step("published")
         except BaseException as err:
             error = _disk_error(target, err) if isinstance(err, OSError) else err
         finally:
-            _atomic.remove(old if old is not None else tmp)
+            _fs.remove(old if old is not None else tmp)
     _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
     if error is not None:
         raise error
-    _atomic.step("done")
+    _fs.step("done")
 
 
 def _replace_at_url(
@@ -209,13 +160,13 @@ def _replace_at_url(
     if primary and staged != target:
         try:
             remote.commit_replacement(staged, target)
-            _atomic.step("published")
+            _fs.step("published")
         except BaseException as err:
             error = err
     _multihost.share_outcome("overwrite-publish", error, path=where)
     if error is not None:
         raise error
-    _atomic.step("done")
+    _fs.step("done")
 
 
 def _is_ours(fmt: Format) -> Callable[[Path], bool]:
@@ -236,54 +187,48 @@ def _write_everywhere(
     background: bool,
     checked: bool = False,
 ) -> PendingWrite | None:
-    """Write and publish the checkpoint (in this thread); return a format's own pending write.
-
-    ``checked``: an existing checkpoint of ``fmt`` was found at ``target`` just before.
-    """
-    step = _atomic.step
-    if fmt.multiprocess or _multihost.process_count() == 1:
-        if fmt.publishes_atomically and _replaces(target, overwrite):
+    """Write and publish the checkpoint (in this thread); return a format's own pending write."""
+    single_writer = not fmt.multiprocess and _multihost.process_count() > 1
+    if fmt.publishes_atomically and not single_writer:
+        if _replaces(target, overwrite):
             _replace_atomically(target, fmt, manifest, arrays, compression)
             return None
-        if fmt.publishes_atomically:
-            if background:
-                pending = fmt.write_async(
-                    target, manifest, arrays, compression=compression, step=step
-                )
-                if pending is not None:
-                    return pending
-            try:
-                write_checked(fmt, target, manifest, arrays, compression, publishing=False)
-            except OSError as err:
-                raise _disk_error(target, err) from err
-            _atomic.step("published")
-            _atomic.step("done")
-            return None
-        _publish(
-            target,
-            fmt,
-            overwrite,
-            lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
-            checked,
-        )
-        return None
-    # A single-writer format in a multi-process run: process 0 checks the path and
-    # writes; the others wait for its word and fail as it failed (they never look at
-    # the path themselves: process 0 may already have published there).
-    error: BaseException | None = None
-    if _multihost.is_primary():
+        if background:
+            pending = fmt.write_async(
+                target, manifest, arrays, compression=compression, step=_fs.step
+            )
+            if pending is not None:
+                return pending
         try:
-            found = _check_existing(target, fmt, overwrite)
-            _publish(
+            write_checked(fmt, target, manifest, arrays, compression, publishing=False)
+        except OSError as err:
+            raise _disk_error(target, err) from err
+        _fs.step("published")
+        _fs.step("done")
+        return None
+    # Written at a temporary sibling and published by _fs.publish. A single-writer
+    # format in a multi-process run: process 0 checks the path and writes; the others
+    # wait for its word and fail as it failed (they never look at the path themselves:
+    # process 0 may already have published there).
+    error: BaseException | None = None
+    if not single_writer or _multihost.is_primary():
+        try:
+            if single_writer:
+                checked = _check_existing(target, fmt, overwrite)
+            _fs.publish(
                 target,
-                fmt,
-                overwrite,
                 lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
-                found,
+                overwrite=overwrite,
+                is_ours=_is_ours(fmt),
+                what=f"{fmt.name} checkpoint",
+                checked=checked,
             )
         except BaseException as err:
+            if not single_writer:
+                raise
             error = err
-    _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
+    if single_writer:
+        _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
     if error is not None:
         raise error
     return None
@@ -394,7 +339,7 @@ def export(
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
-    _atomic.step("start")
+    _fs.step("start")
     single_writer = not fmt.multiprocess and _multihost.process_count() > 1
     if fmt.multiprocess and _multihost.process_count() > 1:
         # Every process writes collectively: one that never comes is named here,
@@ -410,7 +355,7 @@ def export(
     arrays: dict[str, Any] = state["array_data"]
     if single_writer:
         _multihost.check_primary_holds(arrays, fmt.name, repr(key))
-    _atomic.step("encoded")
+    _fs.step("encoded")
     if blocking:
         _write_everywhere(
             target,
@@ -644,19 +589,14 @@ def _load(
 def _open_or_parked(
     path: Any, lim: Limits, format: str | None
 ) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs.
-
-    Where the directory swap takes two renames (no ``renameat2``), the old
-    checkpoint is only under its parked name between them, or after a crash
-    there: it is read from there, so the old or the new checkpoint always loads.
-    """
+    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs."""
     for _ in range(3):
         try:
             return open_any(path, lim, format)
         except FileNotFoundError:
             if not isinstance(path, Path):
                 raise
-            found = _atomic.parked(Path(os.path.abspath(path)))
+            found = _fs.parked(Path(os.path.abspath(path)))
             if not found:
                 raise
         for candidate in found:

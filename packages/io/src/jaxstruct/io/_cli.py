@@ -19,8 +19,6 @@ from jaxstruct.registry import StructError
 from ._inspect import inspect, verify_report
 from ._plugins import PluginWarning, current_registry
 
-__all__ = ["main"]
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxstruct`` command; return the exit status.

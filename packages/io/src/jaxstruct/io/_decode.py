@@ -1,20 +1,11 @@
-"""Rebuilding a value from a checked state dict, in one forward pass over the node table.
-
-Nothing here imports a module or touches a class unless the class was
-registered in this process, given through ``load_cls``, held by the restore
-target at the same place (``_targets``), or lives in a module listed in
-``allow_imports``. Code (functions) is never stored: a ``callable`` node takes
-its value from the target. Every problem, including exceptions raised by
-user code (converters, validators, deserializers, codecs), surfaces as a
-:class:`~jaxstruct.registry.SerializationError` naming the source and the path
-of the value in the tree.
-"""
+"""Manifest node table to value: arrays placed, classes resolved safely, partial restore."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import enum
+import functools
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -31,16 +22,13 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._dtypes import parse_dtype
 from ._encode import PATH_TYPES
-from ._foreign import imported_node_class, unflatten_node
+from ._formats import key_label
 from ._jax_private import weakly_typed
-from ._limits import Limits
-from ._paths import key_label
-from ._structs import build_struct, struct_fields
+from ._plugins import current_registry
+from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
-
-__all__ = ["Resolver", "decode_state"]
+from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
 _SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
     "list": list,
@@ -55,14 +43,7 @@ class _NodeError(Exception):
 
 
 class Resolver:
-    """Turns class references into classes, following the loading rules.
-
-    Args:
-        load_cls: a class (used for the root value) or a mapping from
-            references to classes.
-        allow_imports: module names (or package prefixes) that may be imported
-            to find a class.
-    """
+    """Turns class references into classes, following the loading rules."""
 
     def __init__(self, load_cls: Any, allow_imports: Iterable[str]) -> None:
         self.overrides: dict[str, type] = {}
@@ -92,10 +73,7 @@ class Resolver:
         return any(module == a or module.startswith(a + ".") for a in self.allow)
 
     def resolve(self, ref: object, what: str, vouched: type | None = None) -> type:
-        """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed.
-
-        ``vouched``: the class the restore target holds at this node, if any.
-        """
+        """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed."""
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
         cls = self.overrides.get(ref) or vouched or lookup_class(ref)
@@ -128,7 +106,7 @@ def _int(value: object) -> int:
             return int(value, 16)
         except ValueError:
             pass
-    raise _NodeError(f"malformed int {_clip(value)}")
+    raise _NodeError(f"malformed int {clip(repr(value))}")
 
 
 def _float(value: object) -> float:
@@ -142,12 +120,7 @@ def _float(value: object) -> float:
         else:
             if not math.isfinite(x):
                 return x
-    raise _NodeError(f"malformed float {_clip(value)}")
-
-
-def _clip(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    raise _NodeError(f"malformed float {clip(repr(value))}")
 
 
 def _str(value: object, what: str) -> str:
@@ -183,14 +156,7 @@ class _Decoder:
         self.codec_named: Callable[[str], Any] | None = None
 
     def place_all(self) -> None:
-        """Put every host array that a JAX array or PRNG key node will need on the device at once.
-
-        One ``jax.device_put`` of a list costs much less per array than one call
-        per array (a checkpoint of small arrays spends most of its load there).
-        The nodes are not checked here: their handlers check them as before and
-        take the placed array; whatever this pass cannot place (a 64-bit array
-        without x64, a malformed node) is left to them.
-        """
+        """Put every host array that a JAX array or PRNG key node needs on the device at once."""
         keys: dict[str, None] = {}
         for node in self.nodes:
             if (
@@ -239,7 +205,7 @@ class _Decoder:
             raise _NodeError(f"expected a list of child indices, got {type(items).__name__}")
         for c in items:
             if type(c) is not int or not 0 <= c < index:
-                raise _NodeError(f"child index {_clip(c)} does not point to an earlier node")
+                raise _NodeError(f"child index {clip(repr(c))} does not point to an earlier node")
             if self.used[c]:
                 raise _NodeError(f"node {c} is used twice; each node must have one parent")
             self.used[c] = 1
@@ -279,7 +245,7 @@ class _Decoder:
                     raise _NodeError("malformed node: expected a list starting with a tag")
                 handler = _HANDLERS.get(node[0])
                 if handler is None:
-                    raise _NodeError(f"unknown node tag {_clip(node[0])}")
+                    raise _NodeError(f"unknown node tag {clip(repr(node[0]))}")
                 value, kids = handler(self, i, node)
             except _NodeError as err:
                 raise self.fail(i, str(err)) from None
@@ -393,11 +359,7 @@ def _too_wide(arr: np.ndarray) -> bool:
 
 
 def _weakly_typed(arr: Any) -> Any:
-    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't.
-
-    ``arr`` is a host array, or a ``jax.Array`` already placed by a restore
-    target: the result keeps its sharding.
-    """
+    """Return ``arr`` as a weakly typed JAX array of the same dtype, or ``None`` if JAX can't."""
     import jax
 
     out: Any
@@ -512,7 +474,7 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         key = d.value(k)
         try:
             if key in out:
-                raise _NodeError(f"dict key {_clip(key)} appears twice")
+                raise _NodeError(f"dict key {clip(repr(key))} appears twice")
         except TypeError:
             raise _NodeError(f"dict key of type {type(key).__name__} is not hashable") from None
         out[key] = d.value(v)
@@ -797,12 +759,7 @@ def decode_state(
     target: TargetMatch | None = None,
     codec_named: Callable[[str], Any] | None = None,
 ) -> Any:
-    """Rebuild the value a checked manifest describes.
-
-    ``target``: what a restore target vouches for. ``codec_named``: looks
-    codecs up instead of the registry (a partial restore's skeleton keeps codec
-    values undecoded).
-    """
+    """Rebuild the value a checked manifest describes."""
     nodes = manifest.get("nodes")
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
@@ -820,3 +777,51 @@ def decode_state(
             f"{type(value).__module__}.{type(value).__qualname__}"
         )
     return value
+
+
+def undecoded_codec(name: str) -> Codec | None:
+    """For a partial restore's skeleton: a codec keeping the stored value, undecoded."""
+    if current_registry().codec_named(name) is None:
+        return None
+    _register_stand_in()
+    return Codec(name, (CodecStandIn,), encode=lambda v: v, decode=CodecStandIn)
+
+
+def outside_selection(abstract: list[Any]) -> Callable[[str], Codec | None]:
+    """Codecs for the final decode of a partial restore: a codec value holding an array
+    that was not read (outside the selection) stays undecoded."""
+    import jax
+
+    ids = {id(v) for v in abstract}
+
+    def lookup(name: str) -> Codec | None:
+        codec = current_registry().codec_named(name)
+        if codec is None:
+            return None
+        _register_stand_in()
+
+        def decode(stored: Any) -> Any:
+            leaves = jax.tree_util.tree_leaves(stored)
+            if any(id(leaf) in ids for leaf in leaves):
+                return CodecStandIn(stored)
+            return codec.decode(stored)
+
+        return Codec(name, (*codec.types, CodecStandIn), codec.encode, decode)
+
+    return lookup
+
+
+class CodecStandIn:
+    """A codec value in a partial restore's skeleton: the value as stored, not yet decoded."""
+
+    def __init__(self, stored: Any) -> None:
+        self.stored = stored
+
+
+@functools.cache
+def _register_stand_in() -> None:
+    import jax
+
+    jax.tree_util.register_pytree_node(
+        CodecStandIn, lambda s: ((s.stored,), None), lambda _, kids: CodecStandIn(kids[0])
+    )

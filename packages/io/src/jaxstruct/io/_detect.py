@@ -1,40 +1,20 @@
-"""Which format a path is: chosen by suffix on export, recognised on load.
-
-On export, ``format=`` names a format, or the path's suffix selects the format
-claiming it (a directory when no format claims it, except for the suffixes of
-well-known single-file formats, which are refused). On load, the format
-claiming the path's suffix reads it if it recognises it (``sniff``); otherwise
-the built-in formats, which recognise their files by content, come first; a
-format never takes a path whose suffix another format claims; several
-candidates are told apart by the format name their manifest records.
-"""
+"""The format of a path: by suffix on export, recognised on load; the format contract checked."""
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jaxstruct.registry import SerializationError, StructError
 
+from . import _fs
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format, OpenedCheckpoint
-from ._limits import Limits
-from ._manifest import parse_manifest
 from ._plugins import BLOCK_ENV, PluginError, current_registry
-
-__all__ = [
-    "BUILTIN_TYPES",
-    "FILE_SUFFIXES",
-    "format_for_export",
-    "format_named",
-    "is_checkpoint",
-    "open_any",
-    "open_checkpoint",
-    "sniffs",
-    "source_of",
-]
+from ._schema import Limits, parse_manifest
 
 BUILTIN_TYPES = (DirectoryFormat, ZipFormat)
 
@@ -97,12 +77,7 @@ def _suffix_hint(registry: Any) -> str:
 
 
 def _candidates(path: Any) -> list[Format]:
-    """The formats whose ``sniff`` recognises ``path``, best first.
-
-    When several do, those claiming the path's suffix win; a format that does
-    not claim it never takes a path whose suffix another format claims (the
-    built-in zip format does not read a zip-based plugin's ``.npz`` file).
-    """
+    """The formats whose ``sniff`` recognises ``path``, best first."""
     where = repr(str(path))
     registry = current_registry()
     if isinstance(path, str):  # a URL: only formats that accept remote paths may claim it
@@ -221,11 +196,7 @@ class _ContainerMismatch(SerializationError):
 
 
 def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint, dict[str, Any]]:
-    """Detect the format of ``path``, open it and parse its manifest (arrays are not read).
-
-    When several formats recognise the path and none claims its suffix, each
-    opens it in turn and the one whose name the manifest records wins.
-    """
+    """Detect the format of ``path``, open it and parse its manifest (arrays are not read)."""
     fmt, opened, top = open_any(path, limits)
     if top is None:
         opened.close()
@@ -239,10 +210,7 @@ def open_checkpoint(path: Any, limits: Limits) -> tuple[Format, OpenedCheckpoint
 def open_any(
     path: Any, limits: Limits, format: str | None = None
 ) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it.
-
-    ``format``: read ``path`` as this registered format instead of detecting it.
-    """
+    """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it."""
     if format is not None:
         fmt = format_named(format)
         opened, top = _open_checked(fmt, path, limits)
@@ -300,3 +268,53 @@ def source_of(fmt: Format) -> str:
         return current_registry().describe_source("format", fmt.name)
     except (KeyError, PluginError):
         return type(fmt).__module__
+
+
+def write_checked(
+    fmt: Format,
+    target: Any,
+    manifest: bytes,
+    arrays: Mapping[str, Any],
+    compression: str,
+    *,
+    publishing: bool,
+) -> None:
+    """Call ``fmt.write`` and check what it made against the format contract."""
+    try:
+        fmt.write(target, manifest, arrays, compression=compression, step=_fs.step)
+    except (OSError, StructError):
+        raise
+    except Exception as err:
+        raise SerializationError(
+            f"{str(target)!r}: the {fmt.name!r} format ({source_of(fmt)}) failed in write() "
+            f"({type(err).__name__}: {err}); nothing was replaced"
+        ) from err
+    if type(fmt) in BUILTIN_TYPES or not isinstance(target, Path):
+        return
+    check_written(fmt, target, publishing=publishing)
+
+
+def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
+    """Refuse what a format's ``write`` made at ``path`` if it breaks the contract."""
+    who = f"the {fmt.name!r} format ({source_of(fmt)})"
+    kept = "; nothing was replaced" if publishing else ""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise SerializationError(
+            f"{str(path)!r}: {who} returned from write() without creating the checkpoint"
+            f"{kept}; a format's write() must create the path it is given"
+        ) from None
+    made = "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "special file"
+    declared = "directory" if fmt.is_directory else "file"
+    if made != declared:
+        raise SerializationError(
+            f"{str(path)!r}: {who} declares is_directory={fmt.is_directory}, but its write() "
+            f"created a {made}{kept}; the format must create a {declared} (or declare "
+            f"is_directory={not fmt.is_directory})"
+        )
+    if type(fmt).sniff is not Format.sniff and not sniffs(fmt, path):
+        raise SerializationError(
+            f"{str(path)!r}: {who} does not recognise (sniff) what its own write() created"
+            f"{kept}; sniff() must recognise a checkpoint by its content, whatever its name"
+        )

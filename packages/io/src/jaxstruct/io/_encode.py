@@ -1,42 +1,7 @@
-"""Turning a value into a state dict: a flat node table plus the arrays it references.
+"""Turning a value into a state dict: a post-order node table plus the arrays it references.
 
-The manifest is a post-order table of nodes: every node lists the indices of
-its children, which always come earlier in the table, and the last node is the
-root. Writing and reading it needs no recursion, so a tree nested 10,000 levels
-deep is as easy as a flat one, and a reader can check the whole table (each
-child referenced once, indices only pointing backwards) in one forward pass.
-
-Each node is a JSON array whose first item is a tag:
-
-====================  =====================================================
-``["none"]``          ``None``
-``["bool", b]``       ``bool``
-``["int", i]``        ``int``; ``i`` is a JSON number below 2**53, else a hex string
-``["float", x]``      ``float``; non-finite values as the 16 hex digits of their bits
-``["complex", r, i]`` ``complex``, parts encoded as for ``float``
-``["str", s]``        ``str``
-``["bytes", b64]``    ``bytes``
-``["path", cls, s]``  a ``pathlib`` path of class ``cls``
-``["list", [c...]]``  likewise ``tuple``, ``set``, ``frozenset``
-``["dict", [k, v, ...]]``   keys and values alternate
-``["namedtuple", ref, [c...]]``
-``["enum", ref, member]``
-``["npscalar", dtype, hex]``  a NumPy scalar, bit-exact
-``["array", key]`` / ``["jaxarray", key]``  an entry of the arrays table;
-                      ``["jaxarray", key, "weak"]`` for a weakly typed JAX array
-``["prngkey", key, impl]``  a typed JAX PRNG key array: its key data is the entry
-                      ``key``, ``impl`` names its implementation (``"threefry2x32"``)
-``["struct", ref, version, {field: c}, kinds]``  ``kinds`` has one letter per
-                      field, ``n``/``s``/``o`` for node, static and opaque (checkpoints
-                      written before it existed have no ``kinds``)
-``["pytree", ref, mode, payload, [c...]]``  a registered pytree type; mode ``"s"``
-                      when ``payload`` came from its serializer, ``"a"`` for raw aux data,
-                      ``"j"`` for a class registered with JAX only (``_foreign``): its
-                      aux data and children, rebuilt by its own unflatten
-``["callable", name]``  a function inside such a node: code is never stored, only
-                      its name for messages; a load takes it from the target
-``["codec", name, c]``  a value stored by a registered codec
-====================  =====================================================
+Children always come earlier in the table and the last node is the root, so
+neither writing nor reading recurses; the node tags are listed in docs/io.md.
 """
 
 from __future__ import annotations
@@ -62,14 +27,9 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from . import _gc
-from ._dtypes import dtype_name
-from ._foreign import flatten_node
-from ._limits import DEFAULT_LIMITS
-from ._manifest import FORMAT_VERSION
-from ._structs import struct_fields
-
-__all__ = ["PATH_TYPES", "encode_float", "encode_state"]
+from . import _fs
+from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
+from ._values import flatten_node, struct_fields
 
 _SAFE_INT = 1 << 53
 #: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
@@ -92,11 +52,6 @@ def encode_float(x: float) -> float | str:
     return struct.pack(">d", x).hex()
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _remember_class(cls: type) -> str:
     """Return the reference of an enum or namedtuple class, caching it for this process."""
     ref = class_ref(cls)
@@ -107,12 +62,7 @@ def _remember_class(cls: type) -> str:
 
 
 class _Path:
-    """Where a value sits in the exported tree, built only when a message needs it.
-
-    Each node keeps its parent and one step, so the pending frames of a walk
-    cost memory linear in the depth; the text (``root.layers[3].w``) is made by
-    ``str()`` on an error.
-    """
+    """Where a value sits in the exported tree, built only when a message needs it."""
 
     __slots__ = ("arg", "kind", "parent")
 
@@ -129,9 +79,9 @@ class _Path:
             if kind == "index":
                 steps.append(f"[{arg}]")
             elif kind == "key":
-                steps.append(f".<key {_short(arg)}>")
+                steps.append(f".<key {clip(repr(arg), 40)}>")
             elif kind == "item":
-                steps.append(f"[{_short(arg)}]")
+                steps.append(f"[{clip(repr(arg), 40)}]")
             elif kind in ("attr", "field"):
                 steps.append(f".{arg}")
             else:  # "text" or "foreign": a literal step, or the root's name
@@ -421,7 +371,7 @@ def encode_state(obj: Any) -> dict[str, Any]:
     encoder = _Encoder()
     # The walk allocates many small lists that are never cyclic; pausing the
     # cyclic collector keeps its full scans from making deep trees quadratic.
-    with _gc.paused():
+    with _fs.paused():
         root = encoder.run(obj)
     return {
         "version": FORMAT_VERSION,

@@ -9,14 +9,10 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from ._checkpoint import open_checkpoint
 from ._decode import struct_kinds_ok
-from ._formats import ArraySpec
-from ._limits import limits_from_kwargs
-from ._manifest import check_arrays_table
-from ._paths import key_label
-
-__all__ = ["CheckpointInfo", "inspect", "verify", "verify_report"]
+from ._detect import open_checkpoint
+from ._formats import ArraySpec, key_label
+from ._schema import check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -74,17 +70,13 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _clip(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
 _KINDS = {"n": "node", "s": "static", "o": "opaque"}
 
 
 def _key_label(nodes: list[Any], index: Any) -> str | None:
     """The key of a dict item as it reads in Python, clipped, or ``None`` if not simple."""
     label = key_label(nodes, index)
-    return None if label is None else _clip(label, 40)
+    return None if label is None else clip(label, 40)
 
 
 def _describe(
@@ -135,7 +127,7 @@ def _describe(
         dtype, shape, nbytes = _array_entry(arrays, node)
         impl = node[2] if len(node) == 3 else "?"
         return (
-            f"PRNG key array ({_clip(str(impl), 40)}), key data {dtype}{list(shape)} "
+            f"PRNG key array ({clip(str(impl), 40)}), key data {dtype}{list(shape)} "
             f"{_size(nbytes)} ({node[1]})",
             [],
         )
@@ -148,9 +140,9 @@ def _describe(
     if tag == "path":
         return f"{node[1]}({node[2]!r})", []
     if tag == "bytes":
-        return f"bytes (base64 {_clip(repr(node[1]), 40)})", []
+        return f"bytes (base64 {clip(repr(node[1]), 40)})", []
     if tag in ("bool", "int", "float", "str", "complex"):
-        return f"{tag} {_clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
+        return f"{tag} {clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
     raise SerializationError(f"unknown node tag {tag!r}")
 
 
@@ -158,7 +150,7 @@ def _array_entry(
     arrays: dict[str, tuple[str, tuple[int, ...], int]], node: list[Any]
 ) -> tuple[str, tuple[int, ...], int]:
     if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
-        raise SerializationError(f"array node names {_clip(repr(node[1:2]))}, not in the table")
+        raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
     return arrays[node[1]]
 
 
@@ -276,13 +268,7 @@ def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
 
 
 def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
-    """Like :func:`verify`; also return whether stored checksums were checked.
-
-    A format's opened checkpoint that has a ``verify(table)`` method checks
-    its own checksums (the built-in formats' CRCs); any other format's arrays
-    are read one at a time (never all at once), which finds truncation and
-    size mismatches but not a flipped byte.
-    """
+    """Like :func:`verify`; also return whether stored checksums were checked."""
     lim = limits_from_kwargs("verify", limits)
     target = Path(os.fspath(path))
     where = repr(str(target))

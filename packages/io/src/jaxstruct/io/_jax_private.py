@@ -1,26 +1,16 @@
 """The private JAX APIs the io package uses, each behind one guarded function.
 
-JAX gives no public way to make a weakly typed array with a shape, nor a
-barrier with a timeout, nor to ask whether its preemption service runs; all
-live under ``jax._src`` and may move in any release. Everything the package
-needs from there is imported here and only here, and each function answers
-``None`` when JAX no longer has it, so that the callers take their public
-fallback (tested with the locked JAX and the
-floor, JAX 0.7.1).
+Only this module imports from ``jax._src``; each function answers ``None`` when
+JAX no longer has what it needs, and its caller takes a public fallback.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["distributed_client", "distributed_state", "weakly_typed"]
-
 
 def weakly_typed(arr: Any) -> Any:
-    """``arr`` as a weakly typed ``jax.Array`` of the same dtype and shape, or ``None``.
-
-    ``None`` when JAX's private ``_convert_element_type`` is gone or refuses.
-    """
+    """``arr`` as a weakly typed ``jax.Array`` of the same dtype and shape, or ``None``."""
     try:
         from jax._src.lax.lax import _convert_element_type
     except ImportError:  # pragma: no cover - JAX moved it
@@ -32,10 +22,7 @@ def weakly_typed(arr: Any) -> Any:
 
 
 def distributed_client() -> Any:
-    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``.
-
-    ``None`` when JAX keeps it elsewhere, or before ``jax.distributed.initialize``.
-    """
+    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``."""
     try:
         from jax._src import distributed
 
@@ -45,10 +32,7 @@ def distributed_client() -> Any:
 
 
 def distributed_state() -> Any:
-    """``jax.distributed``'s global state (its preemption sync manager), or ``None``.
-
-    ``None`` when JAX keeps it elsewhere.
-    """
+    """``jax.distributed``'s global state (its preemption sync manager), or ``None``."""
     try:
         from jax._src import distributed
 

@@ -23,14 +23,12 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from . import _atomic, _multihost
+from . import _fs, _multihost
 from ._async import ExportHandle
-from ._atomic import fsync_dir
 from ._checkpoint import export, is_url, load
 from ._detect import format_named
-from ._preemption import PreemptionWatch
-
-__all__ = ["CheckpointManager"]
+from ._fs import fsync_dir
+from ._multihost import PreemptionWatch
 
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
@@ -276,7 +274,7 @@ class CheckpointManager:
             return
         folder = self.directory / _METRICS
         final = folder / f"{step}.json"
-        tmp = _atomic.temp_sibling(final)
+        tmp = _fs.temp_sibling(final)
         with open(tmp, "x", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -394,12 +392,12 @@ class CheckpointManager:
             return
         fsync_dir(self.directory)
         (self.directory / _METRICS / f"{step}.json").unlink(missing_ok=True)
-        _atomic.remove(trash)
+        _fs.remove(trash)
 
     def _empty_trash(self) -> None:
         for name in os.listdir(self.directory):
             if _TRASH in name:
-                _atomic.remove(self.directory / name)
+                _fs.remove(self.directory / name)
 
     def __repr__(self) -> str:
         return (

@@ -1,29 +1,25 @@
-"""Multi-process helpers: who is primary, barriers and shared outcomes, ownership checks."""
+"""Several processes: who is primary, barriers and shared outcomes, and preemption notices.
+
+With ``jax.distributed``, JAX's preemption service catches SIGTERM and picks the
+step every process reaches; in a single process a SIGTERM handler is installed
+only while a :class:`PreemptionWatch` is open.
+"""
 
 from __future__ import annotations
 
 import itertools
 import math
 import os
+import signal
 import sys
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from ._jax_private import distributed_client
-
-__all__ = [
-    "BARRIER_TIMEOUT_S",
-    "SYNC_TIMEOUT_ENV",
-    "agree",
-    "barrier",
-    "check_primary_holds",
-    "is_primary",
-    "process_count",
-    "share_outcome",
-    "sync_timeout",
-]
+from ._jax_private import distributed_client, distributed_state
 
 #: How long a process waits for the others at a barrier before giving up (by default).
 BARRIER_TIMEOUT_S = 600.0
@@ -96,13 +92,7 @@ def _client() -> Any:
 
 
 def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> None:
-    """Wait until every process reaches the barrier ``name`` (a no-op with one process).
-
-    Every process must call barriers in the same order: the name gets a
-    sequence number, so two exports of the same path never share a barrier.
-    After ``timeout_s`` (default :func:`sync_timeout`) it raises, naming the
-    barrier, ``path`` and the processes that did not arrive.
-    """
+    """Wait until every process reaches the barrier ``name`` (a no-op with one process)."""
     if process_count() == 1:
         return
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -127,11 +117,7 @@ def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> Non
 
 
 def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = "") -> str:
-    """Return process 0's ``value`` in every process (``value`` itself with one process).
-
-    The others' own ``value`` is ignored. Every process must call it in the
-    same order as :func:`barrier`.
-    """
+    """Return process 0's ``value`` in every process (``value`` itself with one process)."""
     if process_count() == 1:
         return value
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -157,14 +143,7 @@ def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = 
 def share_outcome(
     name: str, error: BaseException | None, timeout_s: float | None = None, *, path: str = ""
 ) -> None:
-    """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere.
-
-    Process 0 passes its error (``None`` on success) and returns at once; the
-    others wait for that word and raise the same kind of error, so no process
-    reports success for a checkpoint that was not written, and none is left
-    waiting for a process that gave up (a no-op with one process). Every
-    process must call it in the same order as :func:`barrier`.
-    """
+    """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere."""
     if process_count() == 1:
         return
     timeout_s = sync_timeout() if timeout_s is None else timeout_s
@@ -194,11 +173,7 @@ def share_outcome(
 
 
 def _primary_holds(arr: Any) -> bool:
-    """Whether process 0's devices hold every block of ``arr``.
-
-    Decided from the sharding alone, so every process reaches the same answer
-    (``is_fully_addressable`` differs from process to process).
-    """
+    """Whether process 0's devices hold every block of ``arr``."""
     blocks = arr.sharding.devices_indices_map(tuple(arr.shape))
 
     def marker(index: Any) -> tuple[Any, ...]:
@@ -210,10 +185,7 @@ def _primary_holds(arr: Any) -> bool:
 
 
 def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) -> None:
-    """Refuse arrays that process 0 does not hold entirely (multi-process runs).
-
-    Every process reaches the same verdict, so all of them raise together.
-    """
+    """Refuse arrays that process 0 does not hold entirely (multi-process runs)."""
     import jax
 
     for key, arr in arrays.items():
@@ -224,3 +196,110 @@ def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) ->
             f"process 0, and the {fmt_name!r} format is written by process 0 alone. Use "
             'format="orbax", where every process writes its own shards'
         )
+
+
+_open: weakref.WeakSet[PreemptionWatch] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for watch in list(_open):
+        watch._noticed = False
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _distributed() -> Any:
+    """jax.distributed's state when it is initialised with several processes, else ``None``."""
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    if jax.process_count() == 1:
+        return None
+    return distributed_state()
+
+
+class PreemptionWatch:
+    """Whether a preemption notice arrived, and whether this step is the one to save."""
+
+    def __init__(self, what: str) -> None:
+        self._noticed = False
+        self._reached = False
+        self._pid = os.getpid()
+        self._previous: Any = None
+        self._installed = False
+        state = _distributed()
+        if state is not None:
+            if getattr(state, "preemption_sync_manager", None) is None:
+                raise SerializationError(
+                    f"{what}: save_on_preemption=True in a multi-process run needs JAX's "
+                    "preemption service, which is off; leave jax_enable_preemption_service "
+                    "on (the default) before jax.distributed.initialize()"
+                )
+            self._distributed = True
+            return
+        self._distributed = False
+        if threading.current_thread() is not threading.main_thread():
+            raise SerializationError(
+                f"{what}: save_on_preemption=True installs a SIGTERM handler, which Python "
+                "allows only in the main thread; create the manager there"
+            )
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._installed = True
+        _open.add(self)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        previous = self._previous
+        if os.getpid() == self._pid:
+            self._noticed = True
+            if callable(previous):
+                previous(signum, frame)
+            return
+        # A forked child: behave as if this handler were not there.
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    @property
+    def noticed(self) -> bool:
+        """Whether this process received a preemption notice (single process only)."""
+        return self._noticed
+
+    @property
+    def reached(self) -> bool:
+        """Whether :meth:`reached` returned true once: the loop should stop."""
+        return self._reached
+
+    def reached_at(self, step: int) -> bool:
+        """Return whether ``step`` is the step to save before stopping (then always true)."""
+        if self._reached:
+            return True
+        if self._distributed:
+            from jax.experimental import multihost_utils
+
+            self._reached = bool(multihost_utils.reached_preemption_sync_point(step))
+        else:
+            self._reached = self._noticed
+        return self._reached
+
+    def saving(self) -> bool:
+        """Called by a save: whether it is the save before stopping (a notice arrived)."""
+        if not self._distributed and self._noticed:
+            self._reached = True
+        return self._reached
+
+    def close(self) -> None:
+        """Put back the SIGTERM handler that was replaced (if this watch installed one)."""
+        if not self._installed:
+            return
+        self._installed = False
+        _open.discard(self)
+        if os.getpid() != self._pid or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) == self._handle:
+            # ``None``: the replaced handler was not Python's; the default is all we can restore.
+            previous = self._previous if self._previous is not None else signal.SIG_DFL
+            signal.signal(signal.SIGTERM, previous)

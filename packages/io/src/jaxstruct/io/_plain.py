@@ -1,21 +1,8 @@
 """Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path.
 
-A file written by another tool (``safetensors.flax.save_file``, a plain
-``orbax`` ``StandardCheckpointer``) holds named tensors and nothing about
-classes. A format opens such a file as an :class:`OpenedCheckpoint` whose
-``manifest`` is ``None`` and whose ``tensors()`` lists what it holds; then
-:func:`jaxstruct.io.load` needs a ``target=``, and everything but the array
-values comes from the target: its classes, its static fields, its non-array
-leaves, and the placement (sharding) of every array.
-
-Each array leaf of the target is named by its tree path (the key path of
-``jax.tree_util.tree_flatten_with_path``) with :func:`join_path`:
-``params.layers.0.w``. A tensor name is first passed through ``rename=``
-(a mapping, or a function returning the new name or ``None`` to ignore the
-tensor), then matched to the leaf of the same name. Every tensor and every
-leaf left unmatched is named in one error. No module is imported and no code
-of the file is run: the file only supplies bytes of the dtype and shape the
-target declares, checked before anything is read.
+Everything but the array values comes from ``target=``; a tensor name passes
+through ``rename=`` and meets the leaf of that :func:`join_path` name. Every
+unmatched tensor and leaf is named in one error; nothing is imported or run.
 """
 
 from __future__ import annotations
@@ -26,10 +13,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from ._formats import ArraySpec, OpenedCheckpoint
-from ._paths import escape_step
-
-__all__ = ["Rename", "join_path", "load_plain", "path_step"]
+from ._formats import ArraySpec, OpenedCheckpoint, escape_step
 
 #: ``rename=``: stored tensor name -> leaf name (a missing name is kept), or a function
 #: returning the leaf name, or ``None`` to ignore that tensor.

@@ -1,67 +1,346 @@
-"""The plugin registry: formats and codecs collected through pluggy hooks.
+"""Plugins: collected with pluggy (entry points, block and allow lists), checked, tabled.
 
-Built-in formats are a plugin like any other (registered without an entry
-point). Entry points of the ``jaxstruct.io`` group are loaded the first time a
-format or codec is needed, once per process, unless autoloading is switched
-off (:data:`AUTOLOAD_ENV`) or the plugin is blocked (:data:`BLOCK_ENV`) or not
-allowed (:data:`ALLOW_ENV`).
-
-A broken plugin costs only itself. A plugin that fails to import, whose hook
-raises or returns something that is not a format or codec instance, whose hook
-does not fit its specification, or that declares a plugin interface version
-this jaxstruct-io does not provide is *failed*: a :class:`PluginWarning` names
-it and its distribution, and nothing it provides is used. Two plugins claiming
-one codec name, codec type, format name or suffix make that name *conflicted*:
-every other name of both keeps working, and a :class:`PluginError` naming both
-distributions is raised only where a file or a call needs the conflicted name
-(a manifest naming the codec, a path with the suffix, ``format=`` the name).
-A plugin claiming a name of the built-in formats loses that claim. Collecting
-never raises and is repeatable: the same installation gives the same outcome,
-and :meth:`PluginRegistry.reload` collects again after a plugin was fixed.
-
-An entry-point plugin whose hook would silently never run is failed too: a
-function marked with :data:`hookimpl` under a name that is not a hook (a
-misspelling), or a ``jaxstruct_*`` function without our marker (none, or
-another project's).
+The table says who provides which format or codec name, the clashes, and each
+plugin's state.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import enum
 import importlib.metadata
+import inspect
 import os
+import pathlib
 import re
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
+import numpy as np
 import pluggy
 from jaxstruct.registry import StructError
 
 from . import hookspecs
 from ._builtin import DirectoryFormat, ZipFormat
-from ._codecs import Codec
 from ._formats import Format
-from ._plugin_checks import Key, check_hooks, check_item, claimed_by_broken
-from ._plugin_table import BLOCK_ENV, Origin, PluginInfo, Tables, claims_of, key_text, plugin_info
+from ._values import Codec
 
-__all__ = [
-    "ALLOW_ENV",
-    "AUTOLOAD_ENV",
-    "BLOCK_ENV",
-    "ENTRY_POINT_GROUP",
-    "PLUGIN_API_VERSION",
-    "PluginError",
-    "PluginInfo",
-    "PluginRegistry",
-    "PluginWarning",
-    "autoload_enabled",
-    "current_registry",
-    "hookimpl",
-    "register_codec",
-    "register_format",
-]
+#: A name an item takes: ``("format" | "codec" | "suffix" | "type", name, suffix or class)``.
+Key = tuple[str, Any]
+
+_PROJECT = "jaxstruct"
+_HOOK_PREFIX = "jaxstruct_"
+#: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
+HOOK_NAMES = tuple(
+    sorted(
+        name
+        for name, value in vars(hookspecs).items()
+        if name.startswith(_HOOK_PREFIX) and hasattr(value, f"{_PROJECT}_spec")
+    )
+)
+
+
+def native_reason(cls: type) -> str | None:
+    """Why values of ``cls`` never reach a codec (they are stored natively), or ``None``."""
+    from jaxstruct.registry import is_registered_pytree_type
+
+    native = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+    if cls in native or cls is np.ndarray or issubclass(cls, np.generic):
+        return f"{cls.__qualname__} values are stored natively"
+    if issubclass(cls, enum.Enum):
+        return "enum members are stored natively (by class and member name)"
+    paths: tuple[type, ...] = (
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+        pathlib.PosixPath,
+        pathlib.WindowsPath,
+    )
+    if cls in paths:
+        return f"{cls.__qualname__} values are stored natively"
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return "namedtuples are stored natively (by class and fields)"
+    jax = sys.modules.get("jax")
+    if jax is not None and issubclass(cls, jax.Array):
+        return "JAX arrays are stored natively"
+    if is_registered_pytree_type(cls):
+        return f"{cls.__qualname__} is a registered pytree type (or Struct), stored by its fields"
+    return None
+
+
+def check_item(item: Any, kind: str) -> str | None:
+    """What is wrong with an item a hook returned, or ``None``."""
+    expected = Format if kind == "format" else Codec
+    if isinstance(item, type):
+        return (
+            f"its {kind} hook returned the class {item.__qualname__} instead of an instance; "
+            f"return {item.__qualname__}()"
+        )
+    if not isinstance(item, expected):
+        return f"its {kind} hook returned {item!r}; expected {expected.__name__} instances"
+    name = item.name
+    if not isinstance(name, str) or not name:
+        return f"its {kind} hook returned {item!r} with an empty name"
+    if isinstance(item, Format):
+        suffixes = item.suffixes
+        if isinstance(suffixes, str) or not all(
+            isinstance(s, str) and s.startswith(".") and len(s) > 1 for s in suffixes
+        ):
+            return (
+                f"format {name!r} has suffixes {suffixes!r}; expected a tuple of strings "
+                "starting with '.' ((\".h5\",))"
+            )
+    else:
+        for cls in item.types:
+            reason = native_reason(cls)
+            if reason is not None:
+                return (
+                    f"codec {name!r} handles {cls.__qualname__}, but {reason}: it would never run"
+                )
+    return None
+
+
+def claimed_by_broken(item: Any, kind: str) -> list[Key]:
+    """The names a refused item would have claimed, where they can be read (class attributes)."""
+    name = getattr(item, "name", None)
+    if not isinstance(name, str) or not name:
+        return []
+    keys: list[Key] = [(kind, name)]
+    if kind == "format":
+        suffixes = getattr(item, "suffixes", ())
+        if isinstance(suffixes, (tuple, list)):
+            keys += [("suffix", s.lower()) for s in suffixes if isinstance(s, str)]
+    return keys
+
+
+def impl_markers(function: Any) -> list[str]:
+    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
+    found = []
+    for attr, value in getattr(function, "__dict__", {}).items():
+        if attr.endswith("_impl") and isinstance(value, dict):
+            found.append(attr[: -len("_impl")])
+    return sorted(found)
+
+
+def check_hooks(plugin: Any) -> str | None:
+    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker."""
+    who = "it"
+    hooks = ", ".join(HOOK_NAMES)
+    for name in dir(plugin):
+        try:
+            function = getattr(plugin, name)
+        except Exception:  # a property that fails; pluggy skips those too
+            continue
+        if not inspect.isroutine(function):
+            continue
+        markers = impl_markers(function)
+        if _PROJECT in markers:
+            if name not in HOOK_NAMES:
+                close = difflib.get_close_matches(name, HOOK_NAMES, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                return (
+                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
+                    f"rename it to one of: {hooks}"
+                )
+        elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
+            what = (
+                f"carries the hookimpl marker of {', '.join(map(repr, markers))} instead of "
+                "jaxstruct's"
+                if markers
+                else "has no hookimpl marker"
+            )
+            return (
+                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
+                "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
+            )
+    return None
+
+
+#: Comma-separated entry-point or distribution names of plugins never to load.
+BLOCK_ENV = "JAXSTRUCT_IO_BLOCK_PLUGINS"
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """One plugin as the registry sees it (what ``jaxstruct plugins`` lists).
+
+    Attributes:
+        name: the entry-point name (``"jaxstruct-io-builtins"`` for the built-in
+            formats, ``"register_codec()"``-style names for runtime registrations).
+        distribution: the distribution that advertises it.
+        version: that distribution's version (``""`` if unknown).
+        state: ``"loaded"``, ``"failed"`` (nothing it provides is used) or
+            ``"disabled"`` (blocked, or not in the allow list).
+        reason: why it failed or is disabled (``""`` when loaded).
+        formats: the format names it registers, with their suffixes
+            (``"tar (.tar)"``).
+        codecs: the codec names it registers.
+        problems: names of it that clash with another plugin's, one message each.
+    """
+
+    name: str
+    distribution: str
+    version: str
+    state: str
+    reason: str = ""
+    formats: tuple[str, ...] = ()
+    codecs: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The same information as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        version = f" {self.version}" if self.version else ""
+        head = f"{self.name} ({self.distribution}{version}): {self.state}"
+        if self.reason:
+            head += f": {self.reason}"
+        lines = [head]
+        if self.formats:
+            lines.append(f"  formats: {', '.join(self.formats)}")
+        if self.codecs:
+            lines.append(f"  codecs: {', '.join(self.codecs)}")
+        lines += [f"  problem: {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+class Origin(NamedTuple):
+    """Who registered an item: a plugin (entry point) and its distribution."""
+
+    plugin: str
+    dist: str
+    kind: str  # "builtin", "entrypoint" or "runtime"
+
+    def __str__(self) -> str:
+        if self.kind == "entrypoint":
+            return f"plugin {self.plugin!r} from distribution {self.dist!r}"
+        return repr(self.dist)
+
+
+def claims_of(item: Format | Codec) -> list[Key]:
+    """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
+    keys: list[Key]
+    if isinstance(item, Format):
+        keys = [("format", item.name)]
+        keys += [("suffix", s.lower()) for s in item.suffixes]
+    else:
+        keys = [("codec", item.name)]
+        keys += [("type", cls) for cls in item.types]
+    return keys
+
+
+def key_text(key: Key) -> str:
+    kind, value = key
+    if kind == "type":
+        return f"codec type {value.__module__}.{value.__qualname__}"
+    if kind == "suffix":
+        return f"suffix {value!r}"
+    return f"{kind} name {value!r}"
+
+
+class Tables:
+    """One collection of every plugin: who owns which name, and which names are conflicted."""
+
+    def __init__(self) -> None:
+        self.owners: dict[Key, tuple[Any, Origin]] = {}
+        self.broken: dict[Key, str] = {}
+        self.plugins: list[PluginInfo] = []
+        self.messages: list[str] = []
+        self.formats: dict[str, Format] = {}
+        self.codecs: dict[str, Codec] = {}
+        self.by_type: dict[type, Codec] = {}
+        self.by_suffix: dict[str, Format] = {}
+
+    def refresh(self) -> None:
+        """Rebuild the lookup views from ``owners``."""
+        views: dict[str, dict[Any, Any]] = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
+        for (kind, value), (item, _) in self.owners.items():
+            views[kind][value] = item
+        self.formats = views["format"]
+        self.codecs = views["codec"]
+        self.by_type = views["type"]
+        self.by_suffix = views["suffix"]
+
+    def _drop(self, item: Any, message: str) -> None:
+        """Remove every claim of ``item``, marking each conflicted with ``message``."""
+        for key in [k for k, (owner, _) in self.owners.items() if owner is item]:
+            del self.owners[key]
+            self.broken[key] = message
+
+    def merge(self, item: Format | Codec, origin: Origin) -> list[str]:
+        """Add ``item`` (already checked); return one message per clash it ran into."""
+        claims = claims_of(item)
+        problems: list[str] = []
+        name_key = claims[0]
+        if name_key in self.broken:
+            message = f"{self.broken[name_key]}; {origin} registers it too"
+            for key in claims:
+                self.broken.setdefault(key, message)
+            self.broken[name_key] = message
+            return [message]
+        other = self.owners.get(name_key)
+        if other is not None:
+            message = clash(name_key, other[1], origin)
+            if other[1].kind == "entrypoint":
+                self._drop(other[0], message)
+                for key in claims:
+                    self.broken.setdefault(key, message)
+            return [message]
+        self.owners[name_key] = (item, origin)
+        for key in claims[1:]:
+            if key in self.broken:
+                self.broken[key] = f"{self.broken[key]}; {origin} claims it too"
+                problems.append(self.broken[key])
+                continue
+            other = self.owners.get(key)
+            if other is None:
+                self.owners[key] = (item, origin)
+                continue
+            message = clash(key, other[1], origin)
+            problems.append(message)
+            if other[1].kind == "entrypoint":
+                del self.owners[key]
+                self.broken[key] = message
+        return problems
+
+
+def clash(key: Key, first: Origin, second: Origin) -> str:
+    fix = (
+        f"uninstall one of them, or block one with {BLOCK_ENV}=<plugin or distribution name>"
+        if first.kind == "entrypoint"
+        else f"the {'built-in' if first.kind == 'builtin' else 'registered'} one is kept"
+    )
+    return f"{key_text(key)} is registered by both {first} and {second}; {fix}"
+
+
+def plugin_info(  # noqa: PLR0917 - one call shape for every plugin kind
+    name: str,
+    dist: str,
+    version: str,
+    state: str,
+    formats: Iterable[Format] = (),
+    codecs: Iterable[Codec] = (),
+    *,
+    reason: str = "",
+    problems: Iterable[str] = (),
+) -> PluginInfo:
+    return PluginInfo(
+        name=str(name),
+        distribution=dist,
+        version=version,
+        state=state,
+        reason=reason,
+        formats=tuple(
+            f"{f.name} ({', '.join(f.suffixes)})" if f.suffixes else f.name for f in formats
+        ),
+        codecs=tuple(c.name for c in codecs),
+        problems=tuple(problems),
+    )
+
 
 ENTRY_POINT_GROUP = "jaxstruct.io"
 #: Set to ``1`` (or ``true``, ``yes``, ``on``, any value but ``0``, ``false``,

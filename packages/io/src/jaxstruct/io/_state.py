@@ -11,10 +11,7 @@ from jaxstruct.registry import SerializationError
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
 from ._formats import host_array
-from ._limits import Limits, limits_from_kwargs
-from ._manifest import check_arrays_table, check_version
-
-__all__ = ["from_state_dict", "restore", "to_state_dict"]
+from ._schema import Limits, check_arrays_table, check_version, limits_from_kwargs
 
 _KEYS = {"version", "manifest", "arrays", "array_data"}
 

@@ -1,60 +1,115 @@
-"""Restore targets: matching a user's target tree to the stored tree before reading it.
-
-A target is a tree of the stored structure whose array leaves say where each
-array goes: a ``jax.Array`` (its sharding), a ``jax.ShapeDtypeStruct`` (its
-sharding, or host when it has none) or ``None`` (placed as without a target).
-The match walks the manifest's node table and the target side by side, so
-each array's placement is known before anything is read and the format can
-read straight into it. Shapes, dtypes and structure are checked on the way;
-a mismatch names the path in the tree.
-
-The target is the user's own code's tree, so the walk also collects what it
-vouches for, place by place:
-
-- the classes: where the file names class ``"m:Q"`` at a node and the target
-  holds an instance of the class whose reference is ``"m:Q"`` at the same
-  place, the decoder uses that class for that node only (a file that names
-  the class anywhere else still meets the usual rules);
-- the fields a struct does not store (``serialize=False``, opaque fields):
-  the target's values, unless abstract (``jax.ShapeDtypeStruct`` leaves), in
-  which case the field's default applies as without a target;
-- the functions inside other libraries' pytree nodes, which the file holds
-  only by name (``callable`` nodes).
-
-The aux data of a pytree node is matched leniently: a target whose static
-data differs from the file's vouches for nothing there, and is no error.
-"""
+"""Restore targets matched to the stored arrays; shardings saved and put back on a mesh."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
-from ._structs import is_struct_class, struct_fields
+from ._values import is_struct_class, struct_fields
 
-__all__ = ["TargetMatch", "match_target"]
+#: One entry of a PartitionSpec: no axis, one mesh axis, or several.
+SpecEntry = None | str | tuple[str, ...]
+
+
+class SavedSharding(NamedTuple):
+    """How one array was sharded when saved.
+
+    Attributes:
+        spec: the ``PartitionSpec`` entries, one per leading dimension.
+        mesh: ``(axis name, size)`` of each axis of the mesh it lay on.
+    """
+
+    spec: tuple[SpecEntry, ...]
+    mesh: tuple[tuple[str, int], ...]
+
+
+def saved_sharding(arr: Any) -> SavedSharding | None:
+    """Return how ``arr`` is sharded, or ``None`` (NumPy, or not a ``NamedSharding``).
+
+    ``None`` is stored for arrays that lie whole on one device or on the host;
+    ``load(mesh=)`` replicates them.
+    """
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    sharding = getattr(arr, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return None
+    spec: list[SpecEntry] = []
+    for entry in sharding.spec:
+        if entry is None or entry is jax.sharding.PartitionSpec.UNCONSTRAINED:
+            spec.append(None)
+        elif isinstance(entry, str):
+            spec.append(entry)
+        else:
+            spec.append(tuple(str(name) for name in entry))
+    mesh = tuple((str(name), int(size)) for name, size in sharding.mesh.shape.items())
+    return SavedSharding(tuple(spec), mesh)
+
+
+def _entry_on(entry: SpecEntry, mesh_axes: set[str]) -> tuple[SpecEntry, list[str]]:
+    """``entry`` restricted to ``mesh_axes``, and the names it lost."""
+    if entry is None:
+        return None, []
+    names = (entry,) if isinstance(entry, str) else entry
+    kept = tuple(n for n in names if n in mesh_axes)
+    lost = [n for n in names if n not in mesh_axes]
+    if not kept:
+        return None, lost
+    return (kept[0] if isinstance(entry, str) else kept), lost
+
+
+def mesh_placements(
+    saved: Mapping[str, SavedSharding | None] | None,
+    keys: Iterable[str],
+    mesh: Any,
+    *,
+    strict: bool,
+    where: str,
+) -> dict[str, Any]:
+    """A ``NamedSharding`` on ``mesh`` for each of ``keys``, from the shardings saved."""
+    import jax
+
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"load(): mesh expected a jax.sharding.Mesh, got {mesh!r}")
+    if saved is None:
+        raise SerializationError(
+            f"{where}: this checkpoint does not record how its arrays were sharded (the "
+            "built-in formats never do; the 'orbax' format does from jaxstruct-orbax 0.1.0), "
+            "so load(mesh=) cannot place them. Pass target= (jax.eval_shape of the value, "
+            "with shardings) instead, or load without mesh= and jax.device_put the result"
+        )
+    mesh_axes = set(mesh.axis_names)
+    out = {}
+    for key in keys:
+        record = saved.get(key)
+        entries: list[SpecEntry] = []
+        for entry in record.spec if record is not None else ():
+            kept, lost = _entry_on(entry, mesh_axes)
+            if lost and strict:
+                raise SerializationError(
+                    f"{where}: array {key!r} was saved sharded along mesh axes {lost}, which "
+                    f"the given mesh (axes {list(mesh.axis_names)}) lacks; pass "
+                    "strict_mesh=False to replicate along them, or a mesh with those axes"
+                )
+            entries.append(kept)
+        out[key] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*entries))
+    return out
+
 
 _CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
 
 
 @dataclasses.dataclass
 class TargetMatch:
-    """What a target says about a checkpoint: placements, and what it vouches for.
-
-    Attributes:
-        placements: ``array key -> placement`` for every stored array.
-        classes: ``node index -> class`` where the target holds an instance of
-            the class the file names at that node.
-        supplied: ``node index -> {field: value}``: the target's values of the
-            fields that the struct at that node does not store.
-        leaves: ``node index -> function``: the target's functions where the
-            file holds a ``callable`` node (code is never stored).
-    """
+    """What a target says about a checkpoint: placements, and what it vouches for."""
 
     placements: dict[str, Placement]
     classes: dict[int, type] = dataclasses.field(default_factory=dict)
@@ -221,13 +276,9 @@ def _child_indices(node: list[Any]) -> list[Any]:
 
 
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
-    """``(aux data or None, children)`` of a pytree value, as its stored node lists them.
-
-    The aux data is matched against the stored payload when the payload is the
-    aux data itself (modes ``"a"`` and ``"j"``), not a serializer's output.
-    """
+    """``(aux data or None, children)`` of a pytree value, as its stored node lists them."""
     if mode == "j":  # registered with JAX only: its own flatten, one level
-        from ._foreign import flatten_node
+        from ._values import flatten_node
 
         flat = flatten_node(target)
         if flat is None:
@@ -282,19 +333,7 @@ def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
 def match_target(
     nodes: list[Any], root: object, table: Mapping[str, ArraySpec], target: Any, where: str
 ) -> TargetMatch:
-    """Match ``target`` against the stored tree: placements, and what the target vouches for.
-
-    Args:
-        nodes: the manifest's node table (already checked to be a list).
-        root: the manifest's root index.
-        table: the checked arrays table.
-        target: the user's target tree (``None`` places everything as stored).
-        where: the checkpoint's name for messages.
-
-    Raises:
-        SerializationError: the target's structure, a shape or a dtype does not
-            match what is stored; the message names the path.
-    """
+    """Match ``target`` against the stored tree: placements, and what the target vouches for."""
     out: dict[str, Placement] = dict.fromkeys(table)
     match = TargetMatch(out)
     if target is None:

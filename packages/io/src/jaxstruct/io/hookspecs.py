@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from ._codecs import Codec
     from ._formats import Format
+    from ._values import Codec
 
 __all__ = ["hookspec", "jaxstruct_register_codecs", "jaxstruct_register_formats"]
 

@@ -1,18 +1,8 @@
-"""The JSON side of a checkpoint: writing ``manifest.json`` and checking what is read back.
-
-A state dict and a ``manifest.json`` share one shape::
-
-    {"format": "jaxstruct", "version": 1,
-     "arrays": {"a0": {"dtype": "<f4", "shape": [2, 3]}, ...},
-     "manifest": {"root": 7, "nodes": [...]}}
-
-(``format`` only on disk; a state dict adds ``array_data``.) Reading rejects
-duplicate keys, NaN/Infinity literals, non-UTF-8 bytes, unknown versions and
-every structural surprise with a :class:`~jaxstruct.registry.SerializationError`.
-"""
+"""The manifest's schema: format version, dtype names, reader limits, JSON parse and checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -22,19 +12,175 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from . import _gc
-from ._dtypes import parse_dtype
-from ._limits import Limits
+from . import _fs
 
-__all__ = [
-    "FORMAT_VERSION",
-    "MARKER",
-    "check_arrays_table",
-    "check_node_budget",
-    "check_version",
-    "dump_manifest",
-    "parse_manifest",
-]
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def clip(text: str, n: int = 60) -> str:
+    """``text`` cut to ``n`` characters for a message (``...`` marks the cut)."""
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """The ceilings a reader enforces on an untrusted checkpoint.
+
+    Attributes:
+        max_manifest_bytes: size of ``manifest.json`` (default 64 MiB).
+        max_depth: nesting depth of the stored value tree (default 100,000).
+        max_nodes: number of nodes in the stored value tree (default 10,000,000).
+        max_array_bytes: total decoded size of all arrays (default 64 GiB).
+        max_inflation_ratio: decoded size over stored size of a compressed
+            member (default 1,100; DEFLATE itself cannot exceed about 1,032).
+    """
+
+    max_manifest_bytes: int = 64 * MiB
+    max_depth: int = 100_000
+    max_nodes: int = 10_000_000
+    max_array_bytes: int = 64 * GiB
+    max_inflation_ratio: int = 1_100
+
+
+DEFAULT_LIMITS = Limits()
+_LIMIT_NAMES = tuple(f.name for f in dataclasses.fields(Limits))
+
+
+def limits_from_kwargs(function: str, kwargs: dict[str, Any]) -> Limits:
+    """Build a :class:`Limits` from keyword arguments, rejecting unknown names and bad values."""
+    unknown = sorted(set(kwargs) - set(_LIMIT_NAMES))
+    if unknown:
+        raise TypeError(
+            f"{function}() got unexpected keyword argument(s) {unknown}; "
+            f"the limit keywords are {list(_LIMIT_NAMES)}"
+        )
+    for name, value in kwargs.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SerializationError(
+                f"{function}(): {name} must be a positive int, got {type(value).__name__} {value!r}"
+            )
+    return dataclasses.replace(DEFAULT_LIMITS, **kwargs) if kwargs else DEFAULT_LIMITS
+
+
+# Only names listed here are ever looked up on the ml_dtypes module.
+_ML_NAMES = frozenset(
+    {
+        "bfloat16",
+        "float4_e2m1fn",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+        "float8_e3m4",
+        "float8_e4m3",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "int1",
+        "int2",
+        "int4",
+        "uint1",
+        "uint2",
+        "uint4",
+    }
+)
+_NUMPY_STR = re.compile(
+    r"^[<>|][biufc][1-9][0-9]?$"
+    r"|^[<>|][SUV][0-9]{1,9}$"
+    r"|^[<>|][mM]8(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$"
+)
+
+
+_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
+
+
+def dtype_name(dtype: np.dtype, where: object) -> str:
+    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
+    found = _NAMES.get(dtype)
+    if found is not None:
+        return found
+    name = _checked_name(dtype, where)
+    if len(_NAMES) < 1024:
+        _NAMES[dtype] = name
+    return name
+
+
+def _checked_name(dtype: np.dtype, where: object) -> str:
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise SerializationError(
+            f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
+            "fields and has no exact pickle-free form; convert it to a plain numeric, bool, "
+            "bytes or str dtype first"
+        )
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        if dtype.name not in _ML_NAMES:
+            raise SerializationError(
+                f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
+                f"supported; supported extension dtypes are {sorted(_ML_NAMES)}"
+            )
+        return dtype.name
+    name = dtype.str
+    if not _NUMPY_STR.match(name):
+        raise SerializationError(
+            f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is not "
+            "supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
+        )
+    return name
+
+
+def parse_dtype(name: object, where: str) -> np.dtype:
+    """Return the dtype a manifest names, without evaluating anything the file controls."""
+    if type(name) is str:
+        found = _PARSED.get(name)
+        if found is not None:
+            return found
+    dtype = _parsed(name, where)
+    if len(_PARSED) < 1024:
+        _PARSED[name] = dtype  # pyright: ignore[reportArgumentType]  # only str names get here
+    return dtype
+
+
+_PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
+
+
+def _parsed(name: object, where: str) -> np.dtype:
+    if not isinstance(name, str):
+        raise SerializationError(
+            f"{where}: expected a dtype name string, got {type(name).__name__}"
+        )
+    if name in _ML_NAMES:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes ships with jax
+            raise SerializationError(
+                f"{where}: dtype {name!r} needs the ml_dtypes package; install it (pip install "
+                "ml_dtypes) to load this array"
+            ) from None
+        scalar = getattr(ml_dtypes, name, None)
+        if scalar is None:
+            raise SerializationError(
+                f"{where}: the installed ml_dtypes has no dtype {name!r}; upgrade ml_dtypes"
+            )
+        return np.dtype(scalar)
+    if not _NUMPY_STR.match(name):
+        raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
+    try:
+        dtype = np.dtype(name)
+    except (TypeError, ValueError) as err:
+        raise SerializationError(f"{where}: invalid dtype name {name!r} ({err})") from None
+    if dtype.hasobject or dtype.fields is not None:
+        raise SerializationError(f"{where}: dtype {name!r} is not allowed")
+    return dtype
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        return np.dtype(f"<u{dtype.itemsize}")
+    return dtype
+
 
 #: The version of the checkpoint layout that this code writes (and the newest it reads).
 FORMAT_VERSION = 1
@@ -48,12 +194,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",",
 
 
 def _node_encoder() -> Callable[[Any], str]:
-    """Return a function giving the compact JSON text of one node.
-
-    A manifest has a node per array, so this runs 100,000 times for as many
-    arrays: one C encoder is made once and reused, rather than one per call
-    as ``json.dumps`` does (where the C encoder is missing, the plain encoder).
-    """
+    """Return a function giving the compact JSON text of one node."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - Python builds without the _json accelerator
         return _ENCODER.encode
@@ -79,7 +220,7 @@ def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
     """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
     enc = _ENCODER.encode
     manifest = state["manifest"]
-    with _gc.paused():
+    with _fs.paused():
         nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
         text = (
             f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
@@ -94,17 +235,7 @@ _NODES_KEY = b'"nodes"'
 
 
 def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
-    """Refuse a manifest with more than ``max_nodes`` nodes before parsing it.
-
-    Parsing JSON costs tens of bytes of memory per byte of text, so the
-    nodes are counted first, on the raw bytes: the elements of the
-    ``"nodes"`` array are the commas directly inside it (outside strings),
-    plus one. The scan is vectorised, works on a few MiB at a time, and never
-    builds a Python object per node.
-
-    Raises:
-        SerializationError: the manifest holds more than ``max_nodes`` nodes.
-    """
+    """Refuse a manifest with more than ``max_nodes`` nodes before parsing it."""
     if data.count(b"[") <= max_nodes:  # every node is a JSON array: nothing to count
         return
     # Escaped backslashes and quotes cannot delimit strings; blank them out.
@@ -163,7 +294,7 @@ def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
     try:
         # A few objects per node, none cyclic: the collector's passes over the
         # 100,000 nodes of as many arrays would cost more than building them.
-        with _gc.paused():
+        with _fs.paused():
             value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
         raise SerializationError(f"{where}: malformed manifest: {err}") from None

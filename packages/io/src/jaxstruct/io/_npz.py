@@ -1,33 +1,55 @@
-"""Reading the arrays of an ``arrays.npz`` archive, checked, into aligned buffers.
-
-Reading never copies array data it does not have to: a stored member is read
-with ``preadv`` straight into a 64-byte-aligned buffer, which ``jax.device_put``
-adopts without a copy on the CPU; one array is read at a time, so the peak is
-the data itself. With a :class:`jax.sharding.Sharding` placement each
-addressable device gets only its part, but every byte of the member is still
-read once, in order, so that its CRC is checked as in any other load: parts
-that tile the rows (replicated, or split by rows) are read straight into the
-devices' buffers; any other split goes through a slab buffer and is sliced on
-the way (as is a deflated member, decompressed once).
-"""
+"""The arrays of ``arrays.npz``: ``.npy`` headers, checked reads into aligned buffers, writes."""
 
 from __future__ import annotations
 
+import functools
+import io
 import math
 import os
-from collections.abc import Callable, Mapping
+import struct
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import numpy.lib.format as npy_format
 from jaxstruct.registry import SerializationError
 
-from . import _zipread
-from ._crc import crc32
-from ._dtypes import storage_dtype
+from . import _fs, _zip
 from ._formats import OpenedCheckpoint, aligned_empty
-from ._npy import build_header, parse_header, prefix_length
+from ._fs import crc32
+from ._schema import storage_dtype
 
-__all__ = ["NpzCheckpoint", "aligned_empty", "norm_index", "read_member"]
+MAGIC = b"\x93NUMPY"
+_MAX_HEADER = 65_535
+
+
+def array_bytes(arr: np.ndarray) -> tuple[memoryview, bool]:
+    """Return the raw bytes of ``arr`` in on-disk order, and whether that is Fortran order."""
+    if arr.flags.c_contiguous:
+        flat, fortran = arr.reshape(-1), False
+    elif arr.flags.f_contiguous:
+        flat, fortran = arr.T.reshape(-1), True
+    else:
+        flat, fortran = np.ascontiguousarray(arr).reshape(-1), False
+    if flat.dtype.itemsize == 0:
+        return memoryview(b""), fortran
+    # numpy's stubs do not declare __buffer__ yet.
+    return memoryview(flat.view(np.uint8)), fortran  # pyright: ignore[reportArgumentType]
+
+
+@functools.lru_cache(maxsize=256)  # checkpoints of many arrays repeat a few shapes
+def build_header(dtype: np.dtype, shape: tuple[int, ...], fortran: bool) -> bytes:
+    """Return a complete ``.npy`` header (magic, version, length, dict) for the given array."""
+    text = f"{{'descr': {dtype.str!r}, 'fortran_order': {fortran!r}, 'shape': {tuple(shape)!r}, }}"
+    body = text.encode("latin1")
+    for version, prefix in (((1, 0), 10), ((2, 0), 12)):
+        pad = -(prefix + len(body) + 1) % 64
+        total = len(body) + pad + 1
+        if version == (2, 0) or total <= _MAX_HEADER:
+            length = struct.pack("<H" if version == (1, 0) else "<I", total)
+            return MAGIC + bytes(version) + length + body + b" " * pad + b"\n"
+    raise AssertionError("unreachable")  # pragma: no cover
+
 
 _READ_CHUNK = 1 << 20  # bytes read at a time (each piece's CRC computed apart)
 _SLAB = 8 << 20  # bytes of rows decompressed or gathered at a time for a sharded read
@@ -60,14 +82,14 @@ class NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
     def __init__(
-        self, fd: int, index: _zipread.ZipIndex, where: str, manifest: bytes, extra: frozenset[str]
+        self, fd: int, index: _zip.ZipIndex, where: str, manifest: bytes, extra: frozenset[str]
     ) -> None:
         self.fd = fd
         self.index = index
         self.where = where
         self.manifest = manifest
         self.extra = extra  # members that are not arrays (a legacy zip's manifest)
-        self.container: _zipread.Entry | None = None  # arrays.npz inside a zip, for verify()
+        self.container: _zip.Entry | None = None  # arrays.npz inside a zip, for verify()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -95,14 +117,11 @@ class NpzCheckpoint(OpenedCheckpoint):
                 )
 
     def verify(self, table: ArrayTable) -> list[str]:
-        """Read every member through, checking sizes, CRCs, dtypes and shapes; list what is bad.
-
-        Nothing is kept: each member streams through one scratch buffer.
-        """
+        """Read every member through, checking sizes, CRCs, dtypes and shapes; list what is bad."""
         problems: list[str] = []
         if self.container is not None:
             try:
-                reader = _zipread.MemberReader(self.fd, self.container, self.where)
+                reader = _zip.MemberReader(self.fd, self.container, self.where)
                 _drain(reader, self.container.size)
                 reader.finish()
             except SerializationError as err:
@@ -120,7 +139,7 @@ class NpzCheckpoint(OpenedCheckpoint):
             entry = self.index.entries[name]
             spec = table[names[name]]
             try:
-                reader = _zipread.MemberReader(self.fd, entry, self.where, self.index)
+                reader = _zip.MemberReader(self.fd, entry, self.where, self.index)
                 _, _, start = self._header(reader, name, spec)
                 _drain(reader, entry.size - start)
                 reader.finish()
@@ -131,11 +150,7 @@ class NpzCheckpoint(OpenedCheckpoint):
     def read_arrays(
         self, table: ArrayTable, wanted: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time.
-
-        A ``None`` placement gives a 64-byte-aligned host array; a ``Sharding``
-        gives a ``jax.Array`` built from the slices each addressable device needs.
-        """
+        """Read the arrays of ``wanted`` (default: all of ``table``), one at a time."""
         self.check_members(table)
         keys = list(table) if wanted is None else list(wanted)
         out: dict[str, Any] = {}
@@ -150,33 +165,40 @@ class NpzCheckpoint(OpenedCheckpoint):
         return out
 
     def _header(
-        self, reader: _zipread.MemberReader, name: str, spec: Any
+        self, reader: _zip.MemberReader, name: str, spec: Any
     ) -> tuple[np.dtype, bool, int]:
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         where = f"{self.where}: member {name!r}"
-        entry = self.index.entries[name]
-        first = reader.read(min(10, entry.size))
-        prefix, hlen = prefix_length(first, where)
-        if prefix == 12:
-            reader.read(2)
-        if prefix + hlen + nbytes != entry.size:
+        start = self.index.entries[name].size - nbytes  # the header's size, if the member is sound
+        if not 0 < start <= _MAX_HEADER + 12:
             raise SerializationError(f"{where}: size does not match the array's dtype and shape")
-        descr, fortran, file_shape = parse_header(reader.read(hlen), where)
         stored = storage_dtype(dtype)
-        if descr != stored.str or file_shape != shape:
+        raw = reader.read(start)
+        if raw == build_header(stored, shape, False):  # as export writes it: nothing to parse
+            return stored, False, start
+        head = io.BytesIO(raw)
+        try:  # numpy's reader evaluates nothing but literals, of a bounded length
+            version = npy_format.read_magic(head)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"unsupported .npy version {version}")
+            read = npy_format.read_array_header_1_0
+            if version == (2, 0):
+                read = npy_format.read_array_header_2_0
+            file_shape, fortran, file_dtype = read(head, max_header_size=_MAX_HEADER)
+        except Exception as err:  # ValueError, SyntaxError, tokenize.TokenError, ...
+            raise SerializationError(f"{where}: malformed .npy header ({err})") from None
+        if head.tell() != start:
+            raise SerializationError(f"{where}: size does not match the array's dtype and shape")
+        descr = file_dtype.str
+        if file_dtype != stored or file_shape != shape:
             raise SerializationError(
                 f"{where}: holds dtype {descr!r} and shape {file_shape}, but the manifest says "
                 f"{stored.str!r} and {shape}"
             )
-        return stored, fortran, prefix + hlen
+        return stored, fortran, start
 
-    def _read_cached(self, name: str, entry: _zipread.Entry, spec: Any) -> np.ndarray | None:
-        """A stored member that the index holds in memory, exactly as export writes it.
-
-        Its header must be the very bytes export writes for the manifest's
-        dtype and shape (so nothing needs parsing); anything else, or a member
-        not in memory, returns ``None`` for the general path to read and judge.
-        """
+    def _read_cached(self, name: str, entry: _zip.Entry, spec: Any) -> np.ndarray | None:
+        """A stored member that the index holds in memory, exactly as export writes it."""
         raw = self.index.cached(entry.data_offset, entry.csize)
         if raw is None:
             return None
@@ -199,10 +221,7 @@ class NpzCheckpoint(OpenedCheckpoint):
         placement: Any = None,
         checks: list[Callable[[], None]] | None = None,
     ) -> Any:
-        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked.
-
-        With ``checks``, a CRC still being computed is left there to check later.
-        """
+        """Read one array: a host array (``placement=None``) or a ``jax.Array`` placed as asked."""
         dtype, shape, nbytes = spec[0], tuple(spec[1]), spec[2]
         name = f"{key}.npy"
         entry = self.index.entries[name]
@@ -210,7 +229,7 @@ class NpzCheckpoint(OpenedCheckpoint):
             found = self._read_cached(name, entry, spec)
             if found is not None:
                 return found
-        reader = _zipread.MemberReader(self.fd, entry, self.where, self.index)
+        reader = _zip.MemberReader(self.fd, entry, self.where, self.index)
         stored, fortran, start = self._header(reader, name, spec)
         if placement is not None and not fortran and len(shape) > 0 and nbytes > 0:
             return self._read_placed(
@@ -247,8 +266,8 @@ class NpzCheckpoint(OpenedCheckpoint):
 
     def _read_placed(
         self,
-        reader: _zipread.MemberReader,
-        entry: _zipread.Entry,
+        reader: _zip.MemberReader,
+        entry: _zip.Entry,
         *,
         start: int,
         stored: np.dtype,
@@ -311,7 +330,7 @@ def _row_tiling(parts: list[_Placed], shape: tuple[int, ...]) -> list[_Placed] |
     return ordered if at == shape[0] else None
 
 
-def _drain(reader: _zipread.MemberReader, n: int) -> None:
+def _drain(reader: _zip.MemberReader, n: int) -> None:
     scratch = memoryview(bytearray(min(n, _READ_CHUNK) or 1))
     done = 0
     while done < n:
@@ -332,9 +351,115 @@ def _scatter(slab: np.ndarray, s0: int, s1: int, parts: list[_Placed]) -> None:
 
 
 def read_member(
-    fd: int, entry: _zipread.Entry, where: str, index: _zipread.ZipIndex | None = None
+    fd: int, entry: _zip.Entry, where: str, index: _zip.ZipIndex | None = None
 ) -> bytes:
-    reader = _zipread.MemberReader(fd, entry, where, index)
+    reader = _zip.MemberReader(fd, entry, where, index)
     data = reader.read(entry.size)
     reader.finish()
     return data
+
+
+_SMALL_MEMBER = 64 << 10  # a single-device jax.Array up to this size is copied to the host whole
+
+
+def _is_jax_array(value: Any) -> bool:
+    cls = type(value)
+    # Looked up on the class: on the instance, the property would build every shard.
+    return cls.__module__.startswith(("jax", "jaxlib")) and hasattr(cls, "addressable_shards")
+
+
+def _host(data: Any, stored: np.dtype) -> np.ndarray:
+    # The shard's own Array object is temporary: the host view cached on it
+    # by numpy conversion goes away with it, never staying on the user's array.
+    host = np.asarray(data)
+    return host.view(stored) if host.dtype != stored else host
+
+
+def _jax_member(name: str, arr: Any) -> _zip.Member:
+    """A ``.npy`` member streamed from the shards of a ``jax.Array`` (replica 0 of each)."""
+    shape = tuple(arr.shape)
+    stored = storage_dtype(np.dtype(arr.dtype))
+    if not arr.is_fully_addressable and not arr.is_fully_replicated:
+        raise SerializationError(
+            f"array {name!r} is sharded across processes and this process does not hold all "
+            'of it; the built-in formats write from one process: export with format="orbax"'
+        )
+    header = build_header(stored, shape, False)
+    nbytes = math.prod(shape) * stored.itemsize
+    shards = [s for s in arr.addressable_shards if s.replica_id == 0]
+    if arr.is_fully_replicated or len(shards) == 1:
+        shards = shards[:1]
+    blocks = sorted(((norm_index(s.index, shape), s) for s in shards), key=lambda b: b[0])
+    covered = sum(math.prod(b - a for a, b in idx) for idx, _ in blocks)
+    if covered != math.prod(shape):
+        raise SerializationError(
+            f"array {name!r}: its addressable shards do not cover it exactly once; "
+            'export with format="orbax"'
+        )
+
+    def chunks() -> Iterator[_zip.Chunk]:
+        yield header
+        if nbytes == 0:
+            return
+        if len(shape) == 0 or len(blocks) == 1:
+            host = _host(blocks[0][1].data, stored)
+            yield memoryview(np.ascontiguousarray(host).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+            return
+        row = math.prod(shape[1:]) * stored.itemsize
+        rows_per = max(1, _SLAB // max(row, 1))
+        by_rows: dict[tuple[int, int], list[tuple[tuple[tuple[int, int], ...], Any]]] = {}
+        for idx, shard in blocks:
+            by_rows.setdefault(idx[0], []).append((idx, shard))
+        for (r0, r1), group in sorted(by_rows.items()):
+            hosts = [(idx, _host(shard.data, stored)) for idx, shard in group]
+            full = len(group) == 1 and all(
+                a == 0 and b == n for (a, b), n in zip(group[0][0][1:], shape[1:], strict=True)
+            )
+            if full:
+                yield memoryview(np.ascontiguousarray(hosts[0][1]).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+                continue
+            for s0 in range(r0, r1, rows_per):
+                s1 = min(r1, s0 + rows_per)
+                slab = np.empty((s1 - s0, *shape[1:]), stored)
+                for idx, host in hosts:
+                    where = (slice(None), *(slice(a, b) for a, b in idx[1:]))
+                    slab[where] = host[s0 - r0 : s1 - r0]
+                yield memoryview(slab.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+
+    return _zip.Member(name, len(header) + nbytes, chunks)
+
+
+def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
+    """A small ``jax.Array`` held whole by one device: its bytes, copied now (else ``None``)."""
+    stored = storage_dtype(np.dtype(arr.dtype))
+    if arr.size * stored.itemsize > _SMALL_MEMBER or len(arr.sharding.device_set) != 1:
+        return None
+    # addressable_data(0) is a fresh Array: the host copy numpy caches on it
+    # goes away with it, never staying on the user's array.
+    host = np.asarray(arr.addressable_data(0))
+    host = host.view(stored) if host.dtype != stored else host
+    data, fortran = array_bytes(host)
+    return _zip.Member.of(name, (build_header(stored, host.shape, fortran), data))
+
+
+def _member(key: str, arr: Any) -> _zip.Member:
+    name = f"{key}.npy"
+    if _is_jax_array(arr):
+        return _small_jax_member(name, arr) or _jax_member(name, arr)
+    arr = np.asarray(arr)
+    stored_dtype = storage_dtype(arr.dtype)
+    stored = arr.view(stored_dtype) if arr.dtype != stored_dtype else arr
+    data, fortran = array_bytes(stored)
+    header = build_header(stored.dtype, arr.shape, fortran)
+    return _zip.Member.of(name, (header, data))
+
+
+def members(arrays: Mapping[str, Any]) -> list[_zip.Member]:
+    with _fs.paused():
+        return [_member(key, arr) for key, arr in arrays.items()]
+
+
+def write_npz(
+    handle: Any, arrays: Mapping[str, Any], compression: str, step: Callable[[str], None]
+) -> tuple[int, int]:
+    return _zip.write_zip(handle, members(arrays), compression=compression, after_member=step)

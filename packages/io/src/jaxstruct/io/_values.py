@@ -1,0 +1,148 @@
+"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes.
+
+``jaxstruct.core`` is imported lazily (it imports this package lazily too). A
+foreign pytree class is stored by reference and rebuilt by its own registered
+unflatten only when vouched for by the target, ``load_cls`` or ``allow_imports``,
+or already registered by a module this process imported (never imported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """A named pair of functions storing values of some exact types.
+
+    ``encode`` turns a value into anything ``jaxstruct.io`` can store (plain
+    JSON values, containers, arrays, other codec values); ``decode`` receives
+    that stored value back and returns the original. The manifest records only
+    ``name``; loading looks it up among registered codecs and never imports a
+    module.
+
+    Attributes:
+        name: unique registration name recorded in manifests.
+        types: the exact classes handled (subclasses are not matched, so
+            nothing changes type silently).
+        encode: ``value -> storable``.
+        decode: ``storable -> value``.
+
+    Example:
+        >>> import fractions
+        >>> codec = Codec(
+        ...     "fraction",
+        ...     (fractions.Fraction,),
+        ...     encode=lambda f: (f.numerator, f.denominator),
+        ...     decode=lambda pair: fractions.Fraction(*pair),
+        ... )
+        >>> codec.decode(codec.encode(fractions.Fraction(3, 4)))
+        Fraction(3, 4)
+    """
+
+    name: str
+    types: tuple[type, ...]
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise TypeError(
+                f"Codec name must match {_NAME.pattern!r} (letters, digits, '_', '.', '-'), "
+                f"got {self.name!r}"
+            )
+        types = tuple(self.types) if not isinstance(self.types, type) else (self.types,)
+        if not types or not all(isinstance(t, type) for t in types):
+            raise TypeError(f"Codec {self.name!r}: types must be a non-empty tuple of classes")
+        object.__setattr__(self, "types", types)
+        if not callable(self.encode) or not callable(self.decode):
+            raise TypeError(f"Codec {self.name!r}: encode and decode must be callable")
+
+
+def is_struct_class(cls: type) -> bool:
+    """Whether ``cls`` is a Struct class (registered as one; core is not imported)."""
+    from jaxstruct.registry import is_registered_pytree_type, resolve_pytree_spec
+
+    return is_registered_pytree_type(cls) and resolve_pytree_spec(cls).kind == "struct"
+
+
+def struct_fields(cls: type) -> list[Any]:
+    """Return the ``FieldSpec`` objects of a Struct class, in declaration order."""
+    import jaxstruct.core as js
+
+    return list(js.fields(cls).values())
+
+
+def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
+    """Build an instance of ``cls`` from field values without running ``__init__``."""
+    import jaxstruct.core as js
+
+    return js.build(cls, values)
+
+
+def flatten_node(value: Any) -> tuple[list[Any], Any] | None:
+    """``(children, aux data)`` of a JAX pytree node, or ``None`` for a JAX leaf."""
+    import jax
+
+    children, treedef = jax.tree_util.tree_flatten(value, is_leaf=lambda x: x is not value)
+    data = treedef.node_data()  # None for a leaf (a node without children is no leaf)
+    if data is None:
+        return None
+    node_type, aux = data
+    if node_type is not type(value):
+        return None  # a subclass JAX flattens as its registered base: not this class
+    return children, aux
+
+
+def unflatten_node(cls: type, aux: Any, children: Sequence[Any]) -> Any:
+    """Rebuild an instance of ``cls`` through its JAX-registered unflatten."""
+    import jax
+
+    make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
+    if make is None:  # pragma: no cover - every supported JAX has it
+        raise TypeError("this JAX version cannot rebuild pytree nodes from their node data")
+    leaf = jax.tree_util.tree_structure(0)
+    try:
+        treedef = make(jax.tree_util.default_registry, (cls, aux), [leaf] * len(children))
+    except (ValueError, TypeError, RuntimeError) as err:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} is not registered as a pytree node with "
+            f"JAX in this process ({err})"
+        ) from None
+    return treedef.unflatten(list(children))
+
+
+def is_node_class(cls: type) -> bool:
+    """Whether ``cls`` is registered as a pytree node with JAX (tried with no children)."""
+    import jax
+
+    make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
+    if make is None:  # pragma: no cover
+        return False
+    try:
+        make(jax.tree_util.default_registry, (cls, None), [])
+    except (ValueError, TypeError, RuntimeError):  # RuntimeError: an unregistered type
+        return False
+    return True
+
+
+def imported_node_class(ref: str) -> type | None:
+    """The JAX pytree node class ``ref`` names in an already imported module, else ``None``."""
+    module_name, _, qualname = ref.partition(":")
+    module = sys.modules.get(module_name)
+    if module is None or not qualname or "<" in qualname:
+        return None
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if not isinstance(obj, type) or obj.__module__ != module_name:
+        return None
+    return obj if is_node_class(obj) else None
