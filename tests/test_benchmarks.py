@@ -194,3 +194,21 @@ def test_chain_target_divides_the_chain_ratio_by_one_links() -> None:
     ).stdout.strip()
     # chain 2.0 / 1.0 against one link 3.0 / 2.0: 2 / 1.5 = 1.3333, over 1.10
     assert out == "construct: chain of 50 ratio / one-link ratio 1.3333 False", out
+
+
+def test_io_small_benchmark_reports_the_floor_of_our_layout() -> None:
+    """bench_io.py --only small gives both small-cycle rows and, beside them, the floor of our
+    layout (its system calls alone), which says whether the targets are within the disk's reach."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_io.py"), "--only", "small", "--rounds=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| small checkpoint")]
+    assert len(rows) == 2, out
+    assert all(" pass |" in row or " FAIL |" in row for row in rows), rows
+    floor = rows[0].split("our layout's system calls alone + one device_put ", 1)[1]
+    rate, ratio = floor.split("/s (numpy/floor ", 1)
+    assert float(rate) > 0 and float(ratio.split(")", 1)[0]) > 0, rows[0]
