@@ -17,6 +17,7 @@ from ._formats import (
 from ._inspect import CheckpointInfo, inspect
 from ._limits import Limits
 from ._manager import CheckpointManager
+from ._manifest import parse_json
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._paths import ManifestNode, array_paths, walk
 from ._plain import join_path
@@ -74,6 +75,7 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "parse_json",
     "place",
     "register_codec",
     "register_format",
