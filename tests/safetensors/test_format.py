@@ -139,6 +139,74 @@ def test_sharded_arrays_round_trip_into_a_target_sharding(tmp_path: Path) -> Non
     _same(state, back)
 
 
+def _spy_library_writer(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record each call of ``safetensors.serialize_file`` (tensor name -> data address)."""
+    import safetensors
+
+    calls: list[dict[str, Any]] = []
+    real = safetensors.serialize_file
+
+    def spy(specs: dict, filename: Any, metadata: Any = None) -> None:
+        calls.append({name: spec.data_ptr for name, spec in specs.items()})
+        real(specs, filename, metadata=metadata)
+
+    monkeypatch.setattr(safetensors, "serialize_file", spy)
+    return calls
+
+
+def test_the_safetensors_library_writes_host_arrays_from_their_own_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NumPy arrays and CPU jax.Arrays go to ``safetensors.serialize_file`` uncopied."""
+    calls = _spy_library_writer(monkeypatch)
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    j = jnp.arange(5, dtype=jnp.bfloat16)
+    path = jio.export(
+        {"w": w, "j": j, "f8": jnp.ones(3, jnp.float8_e4m3fn)}, tmp_path / "l.safetensors"
+    )
+    assert len(calls) == 1
+    assert calls[0]["w"] == w.ctypes.data
+    assert calls[0]["j"] == j.unsafe_buffer_pointer()
+    # The library's own temporary was renamed onto jaxstruct's, which was published.
+    assert [p.name for p in tmp_path.iterdir()] == ["l.safetensors"]
+    back = jio.load(path)
+    assert back["w"].tolist() == w.tolist() and back["j"].dtype == jnp.bfloat16
+    assert back["f8"].dtype == jnp.float8_e4m3fn
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.get_tensor("w").tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("budget", [0, 64 << 20])
+def test_arrays_needing_host_copies_over_the_budget_are_written_tensor_by_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """Past ``COPY_BUDGET`` bytes of host copies the file is written here, an array split
+    along its first axis shard by shard (never gathered); within it, by the library."""
+    from jaxstruct.safetensors import _write
+
+    monkeypatch.setattr(_write, "COPY_BUDGET", budget)
+    calls = _spy_library_writer(monkeypatch)
+    gathered: list[tuple[int, ...]] = []
+    real_host_array = _write.host_array
+
+    def spy_host_array(arr: Any) -> np.ndarray:
+        gathered.append(tuple(arr.shape))
+        return real_host_array(arr)
+
+    monkeypatch.setattr(_write, "host_array", spy_host_array)
+    mesh = jax.make_mesh((8,), ("a",))
+    rows = jax.device_put(
+        jnp.arange(64, dtype=jnp.int32).reshape(16, 4), NamedSharding(mesh, P("a"))
+    )
+    state = {"rows": rows, "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3))}
+    path = jio.export(state, tmp_path / "b.safetensors")
+    assert len(calls) == (1 if budget else 0)
+    if not budget:
+        assert (16, 4) not in gathered
+    assert load_file(str(path))["rows"].tolist() == np.asarray(rows).tolist()
+    _same(state, jio.load(path))
+
+
 def test_select_reads_only_the_selected_tensor(tmp_path: Path, monkeypatch) -> None:
     """``select=`` reads the bytes of the tensors it picks, and no other tensor's."""
     from jaxstruct.safetensors import _read

@@ -29,7 +29,16 @@ import numpy as np
 from jaxstruct.io import Limits, parse_json
 from jaxstruct.registry import SerializationError
 
-__all__ = ["DTYPES", "Entry", "Header", "dtype_of", "encode_header", "read_header", "stored_name"]
+__all__ = [
+    "DTYPES",
+    "Entry",
+    "Header",
+    "dtype_of",
+    "encode_header",
+    "numpy_name",
+    "read_header",
+    "stored_name",
+]
 
 _LENGTH_BYTES = 8
 _MAX_NDIM = 64
@@ -91,6 +100,11 @@ def stored_name(dtype: np.dtype) -> str | None:
     if dtype.byteorder == ">" or (dtype.byteorder == "=" and np.little_endian is False):
         return None
     return _NAME_OF.get(dtype.newbyteorder("<"))
+
+
+def numpy_name(name: str) -> str:
+    """The NumPy name of a safetensors dtype name (``"BF16"`` -> ``"bfloat16"``)."""
+    return _NAMES[name]
 
 
 def dtype_of(name: str) -> np.dtype:
