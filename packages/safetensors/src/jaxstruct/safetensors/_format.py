@@ -12,17 +12,19 @@ name and the form it was stored in (``jaxstruct.tensors``), so ``load``
 gives back the exact classes, static fields and dtypes; typed PRNG keys are
 stored as their key data (``uint32``) and rebuilt from the manifest.
 
-Reading: the header is checked by ``_header`` before anything else; a file
-with jaxstruct's metadata is a jaxstruct checkpoint, any other safetensors
-file opens without a manifest (its tensors fill a ``target=`` by tree path,
-through ``jaxstruct.io``). Tensors are read lazily, only those wanted, and
-each straight into its result buffers (``_read``).
+Writing is the safetensors library's (``safetensors.serialize_file``, from
+the arrays' own buffers) unless that would need more than ``_write.COPY_BUDGET``
+bytes of host copies at once; then the file is written tensor by tensor in the
+same layout (``_write``). The file is fsynced before ``jaxstruct.io`` publishes it.
 
-Files are written tensor by tensor from the arrays' own buffers (a sharded
-``jax.Array`` split along its first axis shard by shard), with the layout
-the safetensors library writes: the header padded to 8 bytes, tensors
-ordered by decreasing alignment then name, so that every tensor starts
-aligned.
+Reading is this package's own, where the library falls short (``_read`` says
+how, measured): the header is checked by ``_header`` (strict JSON through
+:func:`jaxstruct.io.parse_json`, ``Limits`` before any allocation) before
+anything else; a file with jaxstruct's metadata is a jaxstruct checkpoint,
+any other safetensors file opens without a manifest (its tensors fill a
+``target=`` by tree path, through ``jaxstruct.io``). Tensors are read lazily,
+only those wanted, each straight into 64-byte aligned result buffers, and
+each shard of a sharded target only its own bytes.
 """
 
 from __future__ import annotations
