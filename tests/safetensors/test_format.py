@@ -167,8 +167,11 @@ def test_the_safetensors_library_writes_host_arrays_from_their_own_buffers(
     assert len(calls) == 1
     assert calls[0]["w"] == w.ctypes.data
     assert calls[0]["j"] == j.unsafe_buffer_pointer()
-    # The library's own temporary was renamed onto jaxstruct's, which was published.
+    # The library's own temporary was renamed onto jaxstruct's, which was published,
+    # with the mode of any new file (the library creates its temporary with 0o600).
     assert [p.name for p in tmp_path.iterdir()] == ["l.safetensors"]
+    (tmp_path / "plain").touch()
+    assert path.stat().st_mode == (tmp_path / "plain").stat().st_mode
     back = jio.load(path)
     assert back["w"].tolist() == w.tolist() and back["j"].dtype == jnp.bfloat16
     assert back["f8"].dtype == jnp.float8_e4m3fn
@@ -205,6 +208,14 @@ def test_arrays_needing_host_copies_over_the_budget_are_written_tensor_by_tensor
         assert (16, 4) not in gathered
     assert load_file(str(path))["rows"].tolist() == np.asarray(rows).tolist()
     _same(state, jio.load(path))
+
+
+def test_a_header_too_large_for_safetensors_names_the_other_formats(tmp_path: Path) -> None:
+    """The library writes (and opens) headers up to 100 MB: past that, our error and the fix."""
+    state = {"w": np.ones(2), "note": "x" * 100_000_000}
+    with pytest.raises(SerializationError, match=r"over the 100,000,000 bytes .* format=.orbax"):
+        jio.export(state, tmp_path / "big.safetensors")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_select_reads_only_the_selected_tensor(tmp_path: Path, monkeypatch) -> None:

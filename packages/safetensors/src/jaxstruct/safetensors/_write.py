@@ -31,11 +31,15 @@ from jaxstruct.registry import SerializationError
 
 from ._header import encode_header, numpy_name
 
-__all__ = ["COPY_BUDGET", "Tensor", "write_file"]
+__all__ = ["COPY_BUDGET", "MAX_HEADER_BYTES", "Tensor", "write_file"]
 
 #: Host copies (in bytes, all arrays together) the library's writer may need
 #: before the file is written tensor by tensor instead.
 COPY_BUDGET = 64 << 20
+
+
+#: The largest header the safetensors library writes or opens (its ``MAX_HEADER_SIZE``).
+MAX_HEADER_BYTES = 100_000_000
 
 
 class Tensor(NamedTuple):
@@ -92,11 +96,24 @@ def _with_library(
         )
         for key, t in plan.items()
     }
+    # The library writes a temporary file of its own, created with mode 0o600, and
+    # renames it onto ``path``: the file gets the mode a new file gets here instead.
+    with open(path, "xb") as file:
+        mode = os.fstat(file.fileno()).st_mode & 0o7777
     try:
         # ``buffers`` holds every array the specs point into until this returns.
         safetensors.serialize_file(specs, os.fspath(path), metadata=dict(metadata))
     except safetensors.SafetensorError as err:
-        raise SerializationError(f"safetensors could not write {str(path)!r}: {err}") from None
+        if "header too large" in str(err):
+            raise SerializationError(
+                "the safetensors header (the tensor names and jaxstruct's manifest) would be "
+                f"over the {MAX_HEADER_BYTES:,} bytes safetensors writes and reads; export this "
+                'value in another format (a ".zip" path, a directory, or format="orbax")'
+            ) from None
+        raise SerializationError(
+            f"the safetensors library could not write the file: {err}"
+        ) from None
+    os.chmod(path, mode)
 
 
 def _write_bytes(file: Any, block: np.ndarray) -> None:
