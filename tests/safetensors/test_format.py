@@ -148,6 +148,7 @@ def _spy_library_writer(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]
 
     def spy(specs: dict, filename: Any, metadata: Any = None) -> None:
         calls.append({name: spec.data_ptr for name, spec in specs.items()})
+        calls[-1][""] = Path(filename)
         real(specs, filename, metadata=metadata)
 
     monkeypatch.setattr(safetensors, "serialize_file", spy)
@@ -167,7 +168,9 @@ def test_the_safetensors_library_writes_host_arrays_from_their_own_buffers(
     assert len(calls) == 1
     assert calls[0]["w"] == w.ctypes.data
     assert calls[0]["j"] == j.unsafe_buffer_pointer()
-    # The library's own temporary was renamed onto jaxstruct's, which was published,
+    # The library was given a path in a directory of its own, named after jaxstruct's
+    # temporary; its file was moved onto that temporary, which was published,
+    assert calls[0][""].parent.name.startswith(".l.safetensors.jaxstruct-tmp-")
     # with the mode of any new file (the library creates its temporary with 0o600).
     assert [p.name for p in tmp_path.iterdir()] == ["l.safetensors"]
     (tmp_path / "plain").touch()
@@ -216,6 +219,41 @@ def test_a_header_too_large_for_safetensors_names_the_other_formats(tmp_path: Pa
     with pytest.raises(SerializationError, match=r"over the 100,000,000 bytes .* format=.orbax"):
         jio.export(state, tmp_path / "big.safetensors")
     assert list(tmp_path.iterdir()) == []
+
+
+KILLED_DURING_THE_WRITE = """
+import os, signal, sys
+import numpy as np
+import safetensors
+import jaxstruct.io as jio
+
+def killed(specs, filename, metadata=None):
+    # What the library has made when the process dies: its temporary, half written.
+    with open(os.path.join(os.path.dirname(filename), ".tmpAbC123"), "wb") as f:
+        f.write(b"x" * 4096)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+safetensors.serialize_file = killed
+jio.export({"w": np.ones(4)}, sys.argv[1])
+"""
+
+
+def test_an_export_killed_in_the_library_writer_leaves_nothing_the_next_keeps(
+    tmp_path: Path,
+) -> None:
+    """The library's temporary is in a directory named after jaxstruct's temporary, so
+    the next export to that path removes what a killed one left (a dead writer's)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.safetensors"
+    run = subprocess.run([sys.executable, "-c", KILLED_DURING_THE_WRITE, str(path)], check=False)
+    assert run.returncode == -9
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left and all(name.startswith(".k.safetensors.jaxstruct-tmp-") for name in left)
+    assert any((tmp_path / name / ".tmpAbC123").is_file() for name in left)
+    jio.export({"w": np.zeros(2)}, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["k.safetensors"]
 
 
 def test_select_reads_only_the_selected_tensor(tmp_path: Path, monkeypatch) -> None:

@@ -15,14 +15,17 @@ to 8 bytes, tensors by decreasing alignment then name).
 
 Either way the format then fsyncs the file, and jaxstruct.io publishes it
 atomically. (The library itself writes to a temporary sibling of its own and
-renames that onto the path it is given: here, the export's own temporary.)
+renames that onto the path it is given: here a path in a directory named after
+the export's own temporary, then moved onto that temporary.)
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -96,24 +99,35 @@ def _with_library(
         )
         for key, t in plan.items()
     }
-    # The library writes a temporary file of its own, created with mode 0o600, and
-    # renames it onto ``path``: the file gets the mode a new file gets here instead.
+    path = Path(path)
+    # The library writes a temporary file of its own (mode 0o600) beside the path it
+    # is given, then renames it there. It is given a path inside a directory named
+    # after jaxstruct's temporary, so that an export killed meanwhile leaves only what
+    # jaxstruct.io's sweep of dead writers' leftovers removes; and the file gets the
+    # mode a new file gets here.
     with open(path, "xb") as file:
         mode = os.fstat(file.fileno()).st_mode & 0o7777
+    scratch = path.with_name(path.name + ".d")
+    os.mkdir(scratch)
     try:
         # ``buffers`` holds every array the specs point into until this returns.
-        safetensors.serialize_file(specs, os.fspath(path), metadata=dict(metadata))
+        safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
+        os.replace(scratch / "file", path)
     except safetensors.SafetensorError as err:
-        if "header too large" in str(err):
-            raise SerializationError(
-                "the safetensors header (the tensor names and jaxstruct's manifest) would be "
-                f"over the {MAX_HEADER_BYTES:,} bytes safetensors writes and reads; export this "
-                'value in another format (a ".zip" path, a directory, or format="orbax")'
-            ) from None
-        raise SerializationError(
-            f"the safetensors library could not write the file: {err}"
-        ) from None
+        raise _library_error(err) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     os.chmod(path, mode)
+
+
+def _library_error(err: Exception) -> SerializationError:
+    if "header too large" in str(err):
+        return SerializationError(
+            "the safetensors header (the tensor names and jaxstruct's manifest) would be "
+            f"over the {MAX_HEADER_BYTES:,} bytes safetensors writes and reads; export this "
+            'value in another format (a ".zip" path, a directory, or format="orbax")'
+        )
+    return SerializationError(f"the safetensors library could not write the file: {err}")
 
 
 def _write_bytes(file: Any, block: np.ndarray) -> None:
