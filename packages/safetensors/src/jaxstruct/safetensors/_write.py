@@ -13,11 +13,10 @@ axis shard by shard), so that host memory never holds more than one tensor's
 copy; the layout is the one the library writes (the header padded with spaces
 to 8 bytes, tensors by decreasing alignment then name).
 
-Either way the disk writes start while the file is written (``_writeback``),
-the format then fsyncs the file, and jaxstruct.io publishes it atomically.
-(The library itself writes to a temporary sibling of its own and renames that
-onto the path it is given: here a path in a directory named after the
-export's own temporary, then moved onto that temporary.)
+Either way the format then fsyncs the file, and jaxstruct.io publishes it
+atomically. (The library itself writes to a temporary sibling of its own and
+renames that onto the path it is given: here a path in a directory named after
+the export's own temporary, then moved onto that temporary.)
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from jaxstruct.io import host_array, host_pieces
 from jaxstruct.registry import SerializationError
 
 from ._header import encode_header, numpy_name
-from ._writeback import Writeback, start_writeback
 
 __all__ = ["COPY_BUDGET", "MAX_HEADER_BYTES", "Tensor", "write_file"]
 
@@ -42,9 +40,6 @@ __all__ = ["COPY_BUDGET", "MAX_HEADER_BYTES", "Tensor", "write_file"]
 #: before the file is written tensor by tensor instead.
 COPY_BUDGET = 64 << 20
 
-
-#: Bytes written tensor by tensor between two starts of their writeback (``_writeback``).
-WRITEBACK_BYTES = 64 << 20
 
 #: The largest header the safetensors library writes or opens (its ``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000
@@ -116,8 +111,7 @@ def _with_library(
     os.mkdir(scratch)
     try:
         # ``buffers`` holds every array the specs point into until this returns.
-        with Writeback(scratch):
-            safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
+        safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
         os.replace(scratch / "file", path)
     except safetensors.SafetensorError as err:
         raise _library_error(err) from None
@@ -176,13 +170,8 @@ def _tensor_by_tensor(
     entries = {t.name: (t.dtype, t.shape, t.nbytes) for t in plan.values()}
     with open(path, "xb") as file:
         file.write(encode_header(metadata, entries))
-        unstarted = 0
-        for key, tensor in plan.items():
+        for key in plan:
             _write_array(file, arrays[key])
-            unstarted += tensor.nbytes
-            if unstarted >= WRITEBACK_BYTES:
-                start_writeback(file.fileno())
-                unstarted = 0
 
 
 def write_file(
