@@ -21,6 +21,7 @@ the export's own temporary, then moved onto that temporary.)
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -104,20 +105,24 @@ def _with_library(
     # is given, then renames it there. It is given a path inside a directory named
     # after jaxstruct's temporary, so that an export killed meanwhile leaves only what
     # jaxstruct.io's sweep of dead writers' leftovers removes; and the file gets the
-    # mode a new file gets here.
-    with open(path, "xb") as file:
-        mode = os.fstat(file.fileno()).st_mode & 0o7777
+    # mode a new file gets here. It is then renamed to ``path``, which does not exist
+    # yet: renamed over another file, ext4 would write its data out within the rename
+    # (0.21-0.27 s for 1 GiB, measured), the fsync's work done in another place.
     scratch = path.with_name(path.name + ".d")
     os.mkdir(scratch)
     try:
+        with open(scratch / "mode", "xb") as file:
+            mode = os.fstat(file.fileno()).st_mode & 0o7777
         # ``buffers`` holds every array the specs point into until this returns.
         safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
-        os.replace(scratch / "file", path)
+        os.chmod(scratch / "file", mode)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "the temporary path exists", str(path))
+        os.rename(scratch / "file", path)
     except safetensors.SafetensorError as err:
         raise _library_error(err) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    os.chmod(path, mode)
 
 
 def _library_error(err: Exception) -> SerializationError:
