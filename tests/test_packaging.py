@@ -188,10 +188,12 @@ def test_io_has_no_special_case_for_the_format_plugins(path: Path) -> None:
 
 def test_safetensors_keeps_the_core_floors() -> None:
     """jaxstruct-safetensors raises no JAX floor, so the run without orbax still reaches
-    JAX 0.4.36, and it needs the safetensors library only in the tests."""
+    JAX 0.4.36: its one dependency beyond the layers is the safetensors library (whose own
+    requirements are all optional extras), from 0.8.0, the first with ``TensorSpec``."""
     project = _project(ROOT / "packages" / "safetensors" / "pyproject.toml")
     names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in project["dependencies"]}
-    assert names == {"jaxstruct-io", "numpy"}
+    assert names == {"jaxstruct-io", "numpy", "safetensors"}
+    assert "safetensors>=0.8.0" in project["dependencies"]
     assert project["entry-points"]["jaxstruct.io"] == {
         "safetensors": "jaxstruct.safetensors._plugin"
     }

@@ -139,6 +139,123 @@ def test_sharded_arrays_round_trip_into_a_target_sharding(tmp_path: Path) -> Non
     _same(state, back)
 
 
+def _spy_library_writer(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record each call of ``safetensors.serialize_file`` (tensor name -> data address)."""
+    import safetensors
+
+    calls: list[dict[str, Any]] = []
+    real = safetensors.serialize_file
+
+    def spy(specs: dict, filename: Any, metadata: Any = None) -> None:
+        calls.append({name: spec.data_ptr for name, spec in specs.items()})
+        calls[-1][""] = Path(filename)
+        real(specs, filename, metadata=metadata)
+
+    monkeypatch.setattr(safetensors, "serialize_file", spy)
+    return calls
+
+
+def test_the_safetensors_library_writes_host_arrays_from_their_own_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NumPy arrays and CPU jax.Arrays go to ``safetensors.serialize_file`` uncopied."""
+    calls = _spy_library_writer(monkeypatch)
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    j = jnp.arange(5, dtype=jnp.bfloat16)
+    path = jio.export(
+        {"w": w, "j": j, "f8": jnp.ones(3, jnp.float8_e4m3fn)}, tmp_path / "l.safetensors"
+    )
+    assert len(calls) == 1
+    assert calls[0]["w"] == w.ctypes.data
+    assert calls[0]["j"] == j.unsafe_buffer_pointer()
+    # The library was given a path in a directory of its own, named after jaxstruct's
+    # temporary; its file was moved onto that temporary, which was published,
+    assert calls[0][""].parent.name.startswith(".l.safetensors.jaxstruct-tmp-")
+    # with the mode of any new file (the library creates its temporary with 0o600).
+    assert [p.name for p in tmp_path.iterdir()] == ["l.safetensors"]
+    (tmp_path / "plain").touch()
+    assert path.stat().st_mode == (tmp_path / "plain").stat().st_mode
+    back = jio.load(path)
+    assert back["w"].tolist() == w.tolist() and back["j"].dtype == jnp.bfloat16
+    assert back["f8"].dtype == jnp.float8_e4m3fn
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.get_tensor("w").tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("budget", [0, 64 << 20])
+def test_arrays_needing_host_copies_over_the_budget_are_written_tensor_by_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """Past ``COPY_BUDGET`` bytes of host copies the file is written here, an array split
+    along its first axis shard by shard (never gathered); within it, by the library."""
+    from jaxstruct.safetensors import _write
+
+    monkeypatch.setattr(_write, "COPY_BUDGET", budget)
+    calls = _spy_library_writer(monkeypatch)
+    gathered: list[tuple[int, ...]] = []
+    real_host_array = _write.host_array
+
+    def spy_host_array(arr: Any) -> np.ndarray:
+        gathered.append(tuple(arr.shape))
+        return real_host_array(arr)
+
+    monkeypatch.setattr(_write, "host_array", spy_host_array)
+    mesh = jax.make_mesh((8,), ("a",))
+    rows = jax.device_put(
+        jnp.arange(64, dtype=jnp.int32).reshape(16, 4), NamedSharding(mesh, P("a"))
+    )
+    state = {"rows": rows, "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3))}
+    path = jio.export(state, tmp_path / "b.safetensors")
+    assert len(calls) == (1 if budget else 0)
+    if not budget:
+        assert (16, 4) not in gathered
+    assert load_file(str(path))["rows"].tolist() == np.asarray(rows).tolist()
+    _same(state, jio.load(path))
+
+
+def test_a_header_too_large_for_safetensors_names_the_other_formats(tmp_path: Path) -> None:
+    """The library writes (and opens) headers up to 100 MB: past that, our error and the fix."""
+    state = {"w": np.ones(2), "note": "x" * 100_000_000}
+    with pytest.raises(SerializationError, match=r"over the 100,000,000 bytes .* format=.orbax"):
+        jio.export(state, tmp_path / "big.safetensors")
+    assert list(tmp_path.iterdir()) == []
+
+
+KILLED_DURING_THE_WRITE = """
+import os, signal, sys
+import numpy as np
+import safetensors
+import jaxstruct.io as jio
+
+def killed(specs, filename, metadata=None):
+    # What the library has made when the process dies: its temporary, half written.
+    with open(os.path.join(os.path.dirname(filename), ".tmpAbC123"), "wb") as f:
+        f.write(b"x" * 4096)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+safetensors.serialize_file = killed
+jio.export({"w": np.ones(4)}, sys.argv[1])
+"""
+
+
+def test_an_export_killed_in_the_library_writer_leaves_nothing_the_next_keeps(
+    tmp_path: Path,
+) -> None:
+    """The library's temporary is in a directory named after jaxstruct's temporary, so
+    the next export to that path removes what a killed one left (a dead writer's)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.safetensors"
+    run = subprocess.run([sys.executable, "-c", KILLED_DURING_THE_WRITE, str(path)], check=False)
+    assert run.returncode == -9
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left and all(name.startswith(".k.safetensors.jaxstruct-tmp-") for name in left)
+    assert any((tmp_path / name / ".tmpAbC123").is_file() for name in left)
+    jio.export({"w": np.zeros(2)}, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["k.safetensors"]
+
+
 def test_select_reads_only_the_selected_tensor(tmp_path: Path, monkeypatch) -> None:
     """``select=`` reads the bytes of the tensors it picks, and no other tensor's."""
     from jaxstruct.safetensors import _read

@@ -87,9 +87,15 @@ def test_tensor_count_is_limited(tmp_path: Path) -> None:
             "overlap",
         ),
         ({"__metadata__": {"k": 1}}, "strings to strings"),
-        (b'{"t": 1, "t": 2}', "duplicate key"),
-        (b'{"t": NaN}', "not JSON"),
-        (b"\xff\xfe", "not JSON"),
+        # (The safetensors library itself keeps the last of two equal keys.)
+        (b'{"t": 1, "t": 2}', "malformed safetensors header: duplicate JSON key 't'"),
+        (
+            b'{"__metadata__": {"k": "a", "k": "b"}}',
+            "malformed safetensors header: duplicate JSON key 'k'",
+        ),
+        (b'{"t": NaN}', "JSON literal NaN is not allowed"),
+        (b"\xff\xfe", "safetensors header is not UTF-8 text"),
+        (b'{"t": ', "safetensors header is not valid JSON"),
         (b"[1, 2]", "not a JSON object"),
     ],
 )

@@ -36,7 +36,7 @@ from ._plugins import (
     register_codec,
     register_format,
 )
-from ._schema import Limits
+from ._schema import Limits, parse_json
 from ._state import from_state_dict, to_state_dict
 from ._targets import SavedSharding, saved_sharding
 from ._values import Codec
@@ -76,6 +76,7 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "parse_json",
     "place",
     "register_codec",
     "register_format",

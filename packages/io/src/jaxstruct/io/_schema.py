@@ -285,23 +285,55 @@ def _no_constants(name: str) -> Any:
     raise SerializationError(f"JSON literal {name} is not allowed")
 
 
-def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
-    """Parse ``manifest.json`` bytes into the top-level dict, checking marker and version."""
+def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
+    """Parse JSON strictly, as jaxstruct reads every JSON document of a checkpoint.
+
+    Stricter than :func:`json.loads`: bytes must be UTF-8, an object must not
+    repeat a key (``json.loads`` keeps the last one silently) and the
+    ``NaN``/``Infinity`` literals are refused. Plugins reading JSON from a file
+    use it too, so a malformed document is the same error in every format.
+
+    Args:
+        data: the JSON text, as UTF-8 bytes or a string.
+        where: the file or entry it comes from, at the start of every message.
+        what: what the document is, for the messages (``"manifest"``, ...).
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        SerializationError: the text is not UTF-8, not JSON, nested deeper than
+            Python's recursion limit, repeats a key or holds ``NaN``/``Infinity``.
+
+    Example:
+        >>> parse_json(b'{"a": [1, 2]}', "x.json")
+        {'a': [1, 2]}
+        >>> try:
+        ...     parse_json(b'{"a": 1, "a": 2}', "x.json")
+        ... except SerializationError as err:
+        ...     print(err)
+        x.json: malformed JSON: duplicate JSON key 'a'
+    """
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError:
-        raise SerializationError(f"{where}: manifest is not UTF-8 text") from None
+        raise SerializationError(f"{where}: {what} is not UTF-8 text") from None
     try:
         # A few objects per node, none cyclic: the collector's passes over the
         # 100,000 nodes of as many arrays would cost more than building them.
         with _fs.paused():
-            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
-        raise SerializationError(f"{where}: malformed manifest: {err}") from None
+        raise SerializationError(f"{where}: malformed {what}: {err}") from None
     except RecursionError:
-        raise SerializationError(f"{where}: manifest JSON is nested too deeply") from None
+        raise SerializationError(f"{where}: {what} JSON is nested too deeply") from None
     except ValueError as err:  # JSONDecodeError, and ints longer than Python's digit limit
-        raise SerializationError(f"{where}: manifest is not valid JSON ({err})") from None
+        raise SerializationError(f"{where}: {what} is not valid JSON ({err})") from None
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """Parse ``manifest.json`` bytes into the top-level dict, checking marker and version."""
+    value = parse_json(data, where, "manifest")
     if not isinstance(value, dict) or value.get("format") != MARKER:
         raise SerializationError(f"{where}: not a jaxstruct manifest (no 'format': 'jaxstruct')")
     check_version(value.get("version"), where)

@@ -12,22 +12,25 @@ name and the form it was stored in (``jaxstruct.tensors``), so ``load``
 gives back the exact classes, static fields and dtypes; typed PRNG keys are
 stored as their key data (``uint32``) and rebuilt from the manifest.
 
-Reading: the header is checked by ``_header`` before anything else; a file
-with jaxstruct's metadata is a jaxstruct checkpoint, any other safetensors
-file opens without a manifest (its tensors fill a ``target=`` by tree path,
-through ``jaxstruct.io``). Tensors are read lazily, only those wanted, and
-each straight into its result buffers (``_read``).
+Writing is the safetensors library's (``safetensors.serialize_file``, from
+the arrays' own buffers) unless that would need more than ``_write.COPY_BUDGET``
+bytes of host copies at once; then the file is written tensor by tensor in the
+same layout (``_write``). The file is fsynced before ``jaxstruct.io`` publishes it.
 
-Files are written tensor by tensor from the arrays' own buffers (a sharded
-``jax.Array`` split along its first axis shard by shard), with the layout
-the safetensors library writes: the header padded to 8 bytes, tensors
-ordered by decreasing alignment then name, so that every tensor starts
-aligned.
+Reading is this package's own, where the library falls short (``_read`` says
+how, measured): the header is checked by ``_header`` (strict JSON through
+:func:`jaxstruct.io.parse_json`, ``Limits`` before any allocation) before
+anything else; a file with jaxstruct's metadata is a jaxstruct checkpoint,
+any other safetensors file opens without a manifest (its tensors fill a
+``target=`` by tree path, through ``jaxstruct.io``). Tensors are read lazily,
+only those wanted, each straight into 64-byte aligned result buffers, and
+each shard of a sharded target only its own bytes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -39,13 +42,12 @@ from jaxstruct.io import (
     Limits,
     OpenedCheckpoint,
     array_paths,
-    host_array,
-    host_pieces,
 )
 from jaxstruct.registry import SerializationError
 
-from ._header import Entry, Header, dtype_of, encode_header, read_header, stored_name
+from ._header import Entry, Header, dtype_of, read_header, stored_name
 from ._read import read_tensor
+from ._write import Tensor, write_file
 
 __all__ = ["MANIFEST_KEY", "TENSORS_KEY", "SafetensorsFormat"]
 
@@ -91,40 +93,6 @@ def _fortran(arr: Any) -> bool:
         and arr.flags.f_contiguous
         and not arr.flags.c_contiguous
     )
-
-
-def _write_bytes(file: Any, block: np.ndarray) -> None:
-    block = np.ascontiguousarray(block)
-    if block.size:
-        file.write(block.reshape(-1).view(np.uint8).data)
-
-
-def _write_array(file: Any, arr: Any) -> None:
-    """Write ``arr``'s bytes in C order, shard by shard when it is split along axis 0 only."""
-    if isinstance(arr, np.ndarray):
-        _write_bytes(file, arr)
-        return
-    pieces = host_pieces(arr)
-    whole_rows = all(
-        all(
-            (s.start in (None, 0)) and (s.stop in (None, n))
-            for s, n in zip(index[1:], arr.shape[1:], strict=False)
-        )
-        for index, _ in pieces
-    )
-    if not whole_rows or arr.ndim == 0:
-        _write_bytes(file, host_array(arr))
-        return
-    pieces.sort(key=lambda p: p[0][0].start or 0 if p[0] else 0)
-    row = 0
-    for index, piece in pieces:
-        start = (index[0].start or 0) if index else 0
-        if start != row:
-            _write_bytes(file, host_array(arr))  # pragma: no cover - pieces leave a gap
-            return
-        row = start + piece.shape[0]
-    for _, piece in pieces:
-        _write_bytes(file, piece)
 
 
 def _plan(manifest: bytes, arrays: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Stored]]:
@@ -192,29 +160,26 @@ class SafetensorsFormat(Format):
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Write the header, then every tensor from the arrays' buffers; fsync."""
+        """Write the file (by the safetensors library's writer when it can, ``_write``); fsync."""
         if compression == "deflate":
             raise SerializationError(
                 'safetensors files are never compressed; leave compression="auto" or "none"'
             )
         metadata, plan = _plan(manifest, arrays)
-        entries = {}
+        tensors = {}
         for key, stored in plan.items():
             arr = arrays[key]
             dtype, shape = np.dtype(arr.dtype), tuple(arr.shape)
             tensor_dtype, tensor_shape = storage_of(dtype, shape, stored.form)
-            entries[stored.name] = (
-                tensor_dtype,
-                tensor_shape,
-                int(np.prod(shape)) * dtype.itemsize,
-            )
-        with open(target, "xb") as file:
-            file.write(encode_header(metadata, entries))
-            for key in plan:
-                _write_array(file, arrays[key])
-            step("arrays-written")
-            file.flush()
-            os.fsync(file.fileno())
+            nbytes = math.prod(shape) * dtype.itemsize
+            tensors[key] = Tensor(stored.name, tensor_dtype, tensor_shape, nbytes)
+        write_file(target, metadata, tensors, arrays)
+        step("arrays-written")
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         step("temp-synced")
 
     def sniff(self, path: Any) -> bool:

@@ -8,7 +8,9 @@ bytes of UTF-8 JSON (padded with spaces), then the tensors' bytes::
 
 Offsets count from the end of the header. :func:`read_header` checks the
 length against ``max_manifest_bytes`` before reading it, parses the JSON
-strictly (no duplicate keys, no NaN, strings only in the metadata), and
+strictly with :func:`jaxstruct.io.parse_json` (UTF-8, no duplicate keys, no
+NaN: the safetensors library's own parser keeps the last of two equal keys),
+metadata strings only, and
 checks every entry (a known dtype, a shape of non-negative ints, offsets
 inside the file that agree with dtype and shape and never overlap) and the
 total size against ``max_array_bytes``, all before any tensor is allocated.
@@ -24,10 +26,19 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
-from jaxstruct.io import Limits
+from jaxstruct.io import Limits, parse_json
 from jaxstruct.registry import SerializationError
 
-__all__ = ["DTYPES", "Entry", "Header", "dtype_of", "encode_header", "read_header", "stored_name"]
+__all__ = [
+    "DTYPES",
+    "Entry",
+    "Header",
+    "dtype_of",
+    "encode_header",
+    "numpy_name",
+    "read_header",
+    "stored_name",
+]
 
 _LENGTH_BYTES = 8
 _MAX_NDIM = 64
@@ -91,6 +102,11 @@ def stored_name(dtype: np.dtype) -> str | None:
     return _NAME_OF.get(dtype.newbyteorder("<"))
 
 
+def numpy_name(name: str) -> str:
+    """The NumPy name of a safetensors dtype name (``"BF16"`` -> ``"bfloat16"``)."""
+    return _NAMES[name]
+
+
 def dtype_of(name: str) -> np.dtype:
     """The NumPy dtype of a safetensors dtype name (checked by :func:`read_header`)."""
     return DTYPES[name]
@@ -111,19 +127,6 @@ class Header(NamedTuple):
     metadata: dict[str, str]
     tensors: dict[str, Entry]
     data_start: int
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _is_int(x: object) -> bool:
@@ -186,12 +189,7 @@ def read_header(file: Any, limits: Limits, where: str) -> Header:
     text = file.read(length)
     if len(text) != length:
         raise SerializationError(f"{where}: the file changed while its header was read")
-    try:
-        document = json.loads(
-            text.decode("utf-8"), object_pairs_hook=_pairs, parse_constant=_no_constant
-        )
-    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        raise SerializationError(f"{where}: the safetensors header is not JSON ({err})") from None
+    document = parse_json(text, where, "safetensors header")
     if not isinstance(document, dict):
         raise SerializationError(f"{where}: the safetensors header is not a JSON object")
     metadata = document.pop(METADATA, {})
