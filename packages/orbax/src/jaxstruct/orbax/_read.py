@@ -189,6 +189,10 @@ class _Plan:
 def _fill(plans: Mapping[str, _Plan], limit: int) -> None:
     """Read every block, at most ``IN_FLIGHT`` blocks' worth of bytes at a time.
 
+    A stored chunk larger than ``limit`` is a block of its own, and two of
+    them may be in flight: reading them one by one (the least memory) made a
+    256 MiB restore from S3 up to 1.5x slower than orbax's.
+
     A block within ``limit`` bytes (or feeding one shard only) is written by
     tensorstore straight into each shard's buffer: the shards' reads of one
     block share its decoded chunks in the chunk cache (:func:`cache_bytes`). A
@@ -202,7 +206,7 @@ def _fill(plans: Mapping[str, _Plan], limit: int) -> None:
     for plan in plans.values():
         for need, parts in plan.reads(limit):
             nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
-            while pending and in_flight + nbytes > IN_FLIGHT * limit:
+            while pending and in_flight + nbytes > IN_FLIGHT * max(limit, nbytes):
                 in_flight -= pending.popleft().finish()
             if len(parts) == 1 or nbytes <= limit:
                 writes = [
