@@ -102,7 +102,7 @@ _CONFIGURE = {
         },
     ),
     "gcs": (
-        "jaxstruct.orbax.configure_gcs(endpoint=sys.argv[2], token='anon')",
+        "jaxstruct.orbax.configure_gcs(endpoint=sys.argv[2], token='anon', user_project='billed')",
         (
             "STORAGE_EMULATOR_HOST",
             "TENSORSTORE_GCS_HTTP_URL",

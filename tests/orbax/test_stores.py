@@ -204,3 +204,25 @@ def test_configure_gcs_refuses_what_it_cannot_give_both_layers(
     with pytest.raises(SerializationError, match=match):
         gcs_reset(**kwargs)
     assert {name: dict(fsspec.config.conf.get(name, {})) for name in ("gs", "gcs")} == conf
+
+
+def test_configure_gcs_user_project_reaches_both_layers(gcs_reset: Any) -> None:
+    """The billed project: gcsfs's requester_pays, and tensorstore's gcs_user_project in the
+    spec orbax builds for a gs:// directory (which orbax alone leaves without one)."""
+    import tensorstore as ts
+    from etils.epath import backend
+    from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
+
+    gcs_reset(endpoint="http://127.0.0.1:9", token="anon", user_project="billed")
+    assert backend.fsspec_backend.fs("gs://bucket-x/run").requester_pays == "billed"
+    for kwargs in ({}, {"use_ocdbt": False}):
+        spec = tsu.build_kvstore_tspec("gs://bucket-x/run/arrays", name="w", **kwargs)
+        store = spec.get("base", spec)
+        assert store["driver"] == "gcs" and store["bucket"] == "bucket-x", spec
+        assert store["gcs_user_project"] == {"project_id": "billed"}, spec
+        ts.KvStore.Spec(spec)  # tensorstore takes it
+    assert tsu.build_kvstore_tspec("/tmp/run/arrays", name="w")["base"]["driver"] == "file"
+    gcs_reset()
+    spec = tsu.build_kvstore_tspec("gs://bucket-x/run/arrays", name="w")
+    assert "gcs_user_project" not in spec["base"], spec
+    assert backend.fsspec_backend.fs("gs://bucket-x/run").requester_pays is False

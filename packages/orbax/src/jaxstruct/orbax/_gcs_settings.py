@@ -2,7 +2,8 @@
 
 gcsfs (orbax's path layer) gets them through fsspec's configuration for
 ``gs``; tensorstore's ``gcs`` driver, whose spec has no endpoint, through its
-``tensorstore_gcs_http_url`` flag. Neither changes ``os.environ``.
+``tensorstore_gcs_http_url`` flag, and the project billed in the spec orbax
+builds (:func:`gcs_store`). Neither changes ``os.environ``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
+from ._orbax_internals import route_stores
 from ._stores import _forget_path_layer, scheme
 
-__all__ = ["configure_gcs"]
+__all__ = ["configure_gcs", "gcs_store"]
 
 # fsspec's names for gcsfs's file system (etils.epath asks for "gcs", users for "gs").
 _PROTOCOLS = ("gs", "gcs")
@@ -31,10 +33,15 @@ class _Before:
 
 
 _before: _Before | None = None
+_user_project: str | None = None  # set by configure_gcs
 
 
 def configure_gcs(
-    *, endpoint: str | None = None, token: str | None = None, project: str | None = None
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    project: str | None = None,
+    user_project: str | None = None,
 ) -> None:
     """Reach every ``gs://`` URL of this process with these settings.
 
@@ -60,6 +67,9 @@ def configure_gcs(
             it finds none. ``None``: both search for credentials.
         project: the project gcsfs lists and creates buckets in (tensorstore
             does neither).
+        user_project: the project billed for requests to a Requester Pays
+            bucket, for both: gcsfs's ``requester_pays``, and tensorstore's
+            ``gcs_user_project`` in the spec of every ``gs://`` store orbax opens.
 
     Raises:
         SerializationError: ``endpoint`` is not an http(s) URL; ``token`` is
@@ -76,7 +86,7 @@ def configure_gcs(
     import fsspec
     import fsspec.config
 
-    global _before
+    global _before, _user_project
     if _before is None:
         saved = {name: dict(fsspec.config.conf.get(name, {})) for name in _PROTOCOLS}
         _before = _Before(saved, fsspec.get_filesystem_class("gs"))
@@ -87,6 +97,8 @@ def configure_gcs(
         options["token"] = token
     if project is not None:
         options["project"] = project
+    if user_project is not None:
+        options["requester_pays"] = user_project
     implementation = _before.implementation
     if endpoint is not None:
         from gcsfs.core import GCSFileSystem
@@ -97,9 +109,20 @@ def configure_gcs(
         fsspec.register_implementation(name, implementation, clobber=True)
     _forget_path_layer()
     _tensorstore_endpoint(endpoint)
+    _user_project = user_project
+    route_stores("gs", gcs_store)
+
+
+def gcs_store(store: dict[str, Any]) -> dict[str, Any]:
+    """A ``gcs`` store of the spec orbax builds for a ``gs://`` directory, with the
+    ``user_project`` of :func:`configure_gcs` (none given: ``store`` as orbax built it)."""
+    if _user_project is None:
+        return store
+    return {**store, "gcs_user_project": {"project_id": _user_project}}
 
 
 def _check(endpoint: str | None, token: str | None) -> None:
+    """Refuse what configure_gcs cannot give both layers, before anything is changed."""
     if endpoint is not None and scheme(endpoint) not in ("http", "https"):
         raise SerializationError(
             f"configure_gcs(endpoint={endpoint!r}) must be an http:// or https:// URL"
@@ -119,6 +142,7 @@ def _check(endpoint: str | None, token: str | None) -> None:
 
 
 def _restore(conf: dict[str, Any], name: str, options: dict[str, Any]) -> None:
+    """Set fsspec's configuration for protocol ``name`` to ``options`` (none: no entry)."""
     if options:
         conf[name] = dict(options)
     else:
