@@ -65,14 +65,11 @@ import os, sys, jax
 jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np, jaxstruct.io as jio
 from jax.sharding import NamedSharding, PartitionSpec as P
-from jaxstruct.orbax import configure_s3
+import jaxstruct.orbax
 
-NAMES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
-assert not set(NAMES) & set(os.environ)
-configure_s3(
-    endpoint=sys.argv[2], region="us-east-1",
-    access_key_id="throwaway", secret_access_key="throwaway",
-)
+NAMES = set(sys.argv[3].split(","))
+assert not NAMES & set(os.environ), NAMES & set(os.environ)
+CONFIGURE
 mesh = jax.make_mesh((8,), ("x",))
 w = jax.device_put(np.arange(64.0).reshape(8, 8), NamedSharding(mesh, P("x")))
 url = sys.argv[1] + "/ck"
@@ -84,25 +81,64 @@ manager.save(1, {"w": w})
 manager.save(2, {"w": w})
 manager.wait()
 assert manager.all_steps() == [2], manager.all_steps()
-assert not set(NAMES) & set(os.environ)
+assert not NAMES & set(os.environ)
 print("OK")
 """
 
+# Per store: the call in code, the variables that would otherwise name the server or the
+# credentials (checked absent in the program), the prefixes of the variables its clients read
+# (none is passed on), and what keeps the program off the
+# machine's own credentials and metadata servers (no variable of the store's clients).
+_CONFIGURE = {
+    "s3": (
+        "jaxstruct.orbax.configure_s3(endpoint=sys.argv[2], region='us-east-1', "
+        "access_key_id='throwaway', secret_access_key='throwaway')",
+        ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"),
+        ("AWS_",),
+        {
+            "AWS_CONFIG_FILE": os.devnull,  # no profile of the machine's user is read
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        },
+    ),
+    "gcs": (
+        "jaxstruct.orbax.configure_gcs(endpoint=sys.argv[2], token='anon', user_project='billed')",
+        (
+            "STORAGE_EMULATOR_HOST",
+            "TENSORSTORE_GCS_HTTP_URL",
+            "FSSPEC_GS_TOKEN",
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ),
+        ("STORAGE_EMULATOR_", "TENSORSTORE_GCS_", "FSSPEC_G", "GCSFS_", "GOOGLE_", "CLOUDSDK_"),
+        # Tensorstore's credential search: no gcloud file of the machine's user, and its
+        # GCE metadata probe goes to a closed local port instead of metadata.google.internal.
+        {"CLOUDSDK_CONFIG": "EMPTY_DIR", "GCE_METADATA_ROOT": "127.0.0.1:9"},
+    ),
+}
 
-def test_explicit_s3_settings_without_aws_variables() -> None:
-    """configure_s3(endpoint=, region=, keys) alone reaches the server: no AWS_* variable
-    names it (without the endpoint, every client would ask Amazon's own)."""
-    with serve("s3") as store:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+
+@pytest.mark.parametrize("kind", STORES)
+def test_explicit_settings_without_the_store_variables(kind: str, tmp_path: Path) -> None:
+    """configure_s3(endpoint=, region=, keys) / configure_gcs(endpoint=, token="anon") alone
+    reach the server: no variable names it (without the endpoint, every client would ask
+    Amazon's or Google's own)."""
+    configure, names, prefixes, isolation = _CONFIGURE[kind]
+    with serve(kind) as store:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
         env.pop("XLA_FLAGS", None)
-        env.update(
-            JAX_PLATFORMS="cpu",
-            AWS_CONFIG_FILE=os.devnull,  # no profile of the machine's user is read
-            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-            AWS_EC2_METADATA_DISABLED="true",
-        )
+        env.update(JAX_PLATFORMS="cpu")
+        env.update({k: str(tmp_path) if v == "EMPTY_DIR" else v for k, v in isolation.items()})
         out = subprocess.run(
-            [sys.executable, "-c", _EXPLICIT, f"{store.root}/explicit", store.url],
+            [
+                sys.executable,
+                "-c",
+                _EXPLICIT.replace("CONFIGURE", configure),
+                f"{store.root}/explicit",
+                store.url,
+                ",".join(names),
+            ],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
@@ -112,6 +148,7 @@ def test_explicit_s3_settings_without_aws_variables() -> None:
         assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
         stored = store.objects("explicit/")
         assert "explicit/ck/commit_success.txt" in stored, stored
+        assert any(n.startswith("explicit/ck/arrays/ocdbt.process_0/d/") for n in stored), stored
         assert "explicit/run/2/commit_success.txt" in stored, stored
         assert not any(name.startswith("explicit/run/1/") for name in stored), stored
 

@@ -106,3 +106,123 @@ def test_configure_s3_reaches_both_layers_without_the_environment(no_aws: Any) -
     configure_s3()
     assert "s3" not in fsspec.config.conf
     assert "endpoint" not in _stores.s3_kvstore("b", "p")
+
+
+@pytest.fixture
+def gcs_reset() -> Any:
+    from jaxstruct.orbax import configure_gcs
+
+    yield configure_gcs
+    configure_gcs()
+
+
+def _recording_server(seen: list[str]) -> Any:
+    """An HTTP server on 127.0.0.1 that answers 404 to everything and notes each path."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_configure_gcs_reaches_gcsfs_through_orbax_path_layer(gcs_reset: Any) -> None:
+    import fsspec.config
+    import gcsfs.core
+    from etils.epath import backend
+
+    before = dict(os.environ)
+    gcs_reset(endpoint="http://127.0.0.1:9", token="anon", project="proj")
+    assert dict(os.environ) == before
+    fs = backend.fsspec_backend.fs("gs://bucket-x/run")  # what orbax's path layer opens
+    assert type(fs) is gcsfs.core.GCSFileSystem  # the plain HTTP one, no gRPC control API
+    assert fs._location == "http://127.0.0.1:9" and fs.project == "proj"
+    assert fs.credentials.token == "anon"
+    for name in ("gs", "gcs"):
+        assert fsspec.config.conf[name]["endpoint_url"] == "http://127.0.0.1:9"
+    gcs_reset()
+    assert "endpoint_url" not in fsspec.config.conf.get("gs", {})
+    again = backend.fsspec_backend.fs("gs://bucket-x/run")
+    assert again is not fs and again._endpoint is None
+
+
+def test_configure_gcs_reaches_tensorstore_gcs_driver(
+    gcs_reset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tensorstore's gcs driver asks the given endpoint; configure_gcs() gives it back to
+    TENSORSTORE_GCS_HTTP_URL."""
+    import tensorstore as ts
+
+    monkeypatch.setenv("GOOGLE_AUTH_TOKEN_FOR_TESTING", "throwaway")  # no credential search
+    given, variable = [], []
+    servers = [_recording_server(given), _recording_server(variable)]
+    try:
+        monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", f"http://127.0.0.1:{servers[1].server_port}")
+
+        def read() -> None:
+            store = ts.KvStore.open({"driver": "gcs", "bucket": "bucket-x"}).result()
+            assert store.read(b"k").result().state == "missing"
+
+        before = dict(os.environ)
+        gcs_reset(endpoint=f"http://127.0.0.1:{servers[0].server_port}")
+        assert dict(os.environ) == before
+        read()
+        assert len(given) == 1 and variable == []
+        assert given[0].startswith("/storage/v1/b/bucket-x/o/k?"), given
+        gcs_reset()
+        read()
+        assert len(given) == 1 and len(variable) == 1
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"endpoint": "127.0.0.1:4443"}, "http:// or https://"),
+        ({"token": "/keys/sa.json"}, "GOOGLE_APPLICATION_CREDENTIALS to its path"),
+    ],
+)
+def test_configure_gcs_refuses_what_it_cannot_give_both_layers(
+    gcs_reset: Any, kwargs: dict[str, str], match: str
+) -> None:
+    import fsspec.config
+
+    conf = {name: dict(fsspec.config.conf.get(name, {})) for name in ("gs", "gcs")}
+    with pytest.raises(SerializationError, match=match):
+        gcs_reset(**kwargs)
+    assert {name: dict(fsspec.config.conf.get(name, {})) for name in ("gs", "gcs")} == conf
+
+
+def test_configure_gcs_user_project_reaches_both_layers(gcs_reset: Any) -> None:
+    """The billed project: gcsfs's requester_pays, and tensorstore's gcs_user_project in the
+    spec orbax builds for a gs:// directory (which orbax alone leaves without one)."""
+    import tensorstore as ts
+    from etils.epath import backend
+    from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
+
+    gcs_reset(endpoint="http://127.0.0.1:9", token="anon", user_project="billed")
+    assert backend.fsspec_backend.fs("gs://bucket-x/run").requester_pays == "billed"
+    for kwargs in ({}, {"use_ocdbt": False}):
+        spec = tsu.build_kvstore_tspec("gs://bucket-x/run/arrays", name="w", **kwargs)
+        store = spec.get("base", spec)
+        assert store["driver"] == "gcs" and store["bucket"] == "bucket-x", spec
+        assert store["gcs_user_project"] == {"project_id": "billed"}, spec
+        ts.KvStore.Spec(spec)  # tensorstore takes it
+    assert tsu.build_kvstore_tspec("/tmp/run/arrays", name="w")["base"]["driver"] == "file"
+    gcs_reset()
+    spec = tsu.build_kvstore_tspec("gs://bucket-x/run/arrays", name="w")
+    assert "gcs_user_project" not in spec["base"], spec
+    assert backend.fsspec_backend.fs("gs://bucket-x/run").requester_pays is False

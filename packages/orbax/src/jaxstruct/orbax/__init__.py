@@ -6,6 +6,7 @@ Installing ``jaxstruct-orbax`` registers the format through the
 """
 
 from ._format import OrbaxFormat
+from ._gcs_settings import configure_gcs
 from ._stores import configure_s3
 
-__all__ = ["OrbaxFormat", "configure_s3"]
+__all__ = ["OrbaxFormat", "configure_gcs", "configure_s3"]

@@ -3,7 +3,8 @@
 Orbax has no public API for three things the format needs: opening the
 tensorstore of one saved array (to read it straight into device shards), the
 name of the step metadata file that marks a finished orbax checkpoint, and a
-tensorstore kvstore for ``s3://`` paths (:func:`route_s3`). All are taken here
+tensorstore kvstore for ``s3://`` paths, or one with settings of ours for ``gs://``
+(:func:`route_stores`). All are taken here
 and only here; a missing piece raises a
 :class:`~jaxstruct.registry.SerializationError` naming the installed orbax
 version and the supported range (``orbax-checkpoint`` is pinned below its next
@@ -18,7 +19,7 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-__all__ = ["STEP_METADATA_FILE", "SUPPORTED", "open_array_stores", "route_s3"]
+__all__ = ["STEP_METADATA_FILE", "SUPPORTED", "open_array_stores", "route_s3", "route_stores"]
 
 #: The orbax-checkpoint versions this distribution declares (its requirements).
 SUPPORTED = ">=0.12,<0.13"
@@ -75,6 +76,9 @@ def open_array_stores(
 # The kvstore spec builder every orbax 0.12 array save, restore and OCDBT merge calls.
 _BUILDER = "build_kvstore_tspec"
 
+# scheme -> what becomes of each GCS store in the spec orbax builds for such a directory
+_ROUTES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
 
 def route_s3(kvstore: Callable[[str, str], dict[str, Any]]) -> None:
     """Let orbax write and read arrays at ``s3://`` paths, through tensorstore's ``s3`` driver.
@@ -83,46 +87,63 @@ def route_s3(kvstore: Callable[[str, str], dict[str, Any]]) -> None:
     tensorstore's ``gcs`` driver to ``gs://`` directories and its ``file`` driver
     to every other path, and refuses an ``s3://`` one as "not absolute" (its
     ``_build_ocdbt_kvstore_tspec``), although its own ``is_remote_storage``
-    knows ``s3://``. Its builder is wrapped, once per process, so that for an
+    knows ``s3://``. Its builder is wrapped (:func:`route_stores`) so that for an
     ``s3://`` directory orbax builds its spec exactly as for the same bucket and
     path in GCS (OCDBT layout, read coalescing), and each ``gcs`` store in that
     spec becomes ``kvstore(bucket, path)``. Every other path is left to orbax
     untouched.
     """
+    route_stores("s3", lambda store: kvstore(store["bucket"], store.get("path", "")))
+
+
+def route_stores(scheme: str, store: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """For a ``scheme://`` directory (``gs`` or ``s3``), orbax's spec for the same bucket and
+    path in GCS, each of its ``gcs`` stores replaced by ``store(that_store)``.
+
+    Orbax's spec builder is wrapped once per process; a later call for the same
+    scheme replaces its ``store``; a path of any other scheme goes to orbax untouched.
+    """
     from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
 
+    _ROUTES[scheme] = store
     original = getattr(tsu, _BUILDER, None)
     if original is None:
         import orbax.checkpoint as ocp
 
         version = getattr(ocp, "__version__", "unknown")
         raise SerializationError(
-            f"orbax-checkpoint {version} lacks tensorstore_utils.{_BUILDER}, which s3:// "
+            f"orbax-checkpoint {version} lacks tensorstore_utils.{_BUILDER}, which {scheme}:// "
             f"paths need; install orbax-checkpoint{SUPPORTED}"
         )
-    if getattr(original, "_jaxstruct_s3", False):
+    if getattr(original, "_jaxstruct_routes", False):
         return
 
     @functools.wraps(original)
     def build(directory: Any, *args: Any, **kwargs: Any) -> Any:
-        text = str(directory)
-        if not text.startswith("s3://"):
+        head, sep, rest = str(directory).partition("://")
+        route = _ROUTES.get(head) if sep else None
+        if route is None:
             return original(directory, *args, **kwargs)
-        return _to_s3(original("gs://" + text[len("s3://") :], *args, **kwargs), kvstore)
+        return _replace_gcs_stores(original("gs://" + rest, *args, **kwargs), route)
 
-    build._jaxstruct_s3 = True  # type: ignore[attr-defined]
+    build._jaxstruct_routes = True  # type: ignore[attr-defined]
     setattr(tsu, _BUILDER, build)
 
 
 def _to_s3(spec: Any, kvstore: Callable[[str, str], dict[str, Any]]) -> Any:
     """``spec`` with each GCS store (a JSON object or a ``gs://`` URL) made an S3 one."""
+    return _replace_gcs_stores(spec, lambda store: kvstore(store["bucket"], store.get("path", "")))
+
+
+def _replace_gcs_stores(spec: Any, store: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """``spec`` with each GCS store (a JSON object or a ``gs://`` URL) made ``store(it)``."""
     if isinstance(spec, dict):
         if spec.get("driver") in ("gcs", "gcs_grpc") and "bucket" in spec:
-            return kvstore(spec["bucket"], spec.get("path", ""))
-        return {key: _to_s3(value, kvstore) for key, value in spec.items()}
+            return store(spec)
+        return {key: _replace_gcs_stores(value, store) for key, value in spec.items()}
     if isinstance(spec, list):
-        return [_to_s3(value, kvstore) for value in spec]
+        return [_replace_gcs_stores(value, store) for value in spec]
     if isinstance(spec, str) and spec.startswith("gs://"):
         bucket, _, path = spec[len("gs://") :].partition("/")
-        return kvstore(bucket, path)
+        return store({"driver": "gcs", "bucket": bucket, "path": path})
     return spec
