@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+import subprocess
+import sys
 from typing import Any
 
 import jaxstruct.io as jio
@@ -226,3 +228,25 @@ def test_configure_gcs_user_project_reaches_both_layers(gcs_reset: Any) -> None:
     spec = tsu.build_kvstore_tspec("gs://bucket-x/run/arrays", name="w")
     assert "gcs_user_project" not in spec["base"], spec
     assert backend.fsspec_backend.fs("gs://bucket-x/run").requester_pays is False
+
+
+def test_a_forked_child_leaves_the_parents_credentials_file(tmp_path: Any) -> None:
+    """The key file goes when the process that wrote it exits, not when a forked child does."""
+    script = tmp_path / "fork.py"
+    script.write_text(
+        "import os, sys\n"
+        "from jaxstruct.orbax import _stores\n"
+        "creds = _stores._credentials_file('id', 'secret', None)\n"
+        "path = creds['credentials_file']\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)  # a normal exit: the at-exit hooks run in the child\n"
+        "os.waitpid(pid, 0)\n"
+        "assert os.path.exists(path), 'the child removed the parent key file'\n"
+        "print(path)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    path = out.stdout.strip().splitlines()[-1]
+    assert not os.path.exists(path)  # and the parent removed it at its own exit

@@ -192,7 +192,7 @@ def configure_s3(
 def _credentials_file(key: str, secret: str, token: str | None) -> dict[str, str]:
     """Tensorstore's ``aws_credentials`` for these keys: a profile in a private file."""
     folder = tempfile.mkdtemp(prefix="jaxstruct-s3-")  # mode 0700: this user only
-    atexit.register(shutil.rmtree, folder, True)
+    atexit.register(_remove_in, os.getpid(), folder)
     lines = ["[jaxstruct]", f"aws_access_key_id = {key}", f"aws_secret_access_key = {secret}"]
     if token is not None:
         lines.append(f"aws_session_token = {token}")
@@ -205,6 +205,13 @@ def _credentials_file(key: str, secret: str, token: str | None) -> dict[str, str
             handle.write(text)
         out[name] = path
     return out
+
+
+def _remove_in(owner: int, folder: str) -> None:
+    """Remove ``folder`` at exit of the process that made it (a forked child that exits
+    normally runs its parent's at-exit hooks too, and must not take the parent's keys)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _forget_path_layer() -> None:
