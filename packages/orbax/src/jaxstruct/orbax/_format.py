@@ -549,10 +549,13 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         _ocp()
         directory = self.path / ARRAYS
         try:
-            total = sum(
-                math.prod(storage[key][0]) * np.dtype(storage[key][1]).itemsize for key in wanted
-            )
-            block = _read.block_bytes(total)
+            # From an object store, a block holds its response in memory while it is
+            # decoded: blocks shrink with the data there. Local files keep the largest.
+            block = _read.BLOCK_BYTES
+            if is_store_url(str(self.path)):
+                block = _read.block_bytes(
+                    sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
+                )
             opening = open_array_stores(
                 directory, wanted, use_zarr3=self.use_zarr3, cache_bytes=_read.cache_bytes(block)
             )

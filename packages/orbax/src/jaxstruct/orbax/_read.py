@@ -10,9 +10,10 @@ most :func:`block_bytes` (a block that one chunk alone exceeds is that chunk),
 at most ``IN_FLIGHT`` blocks at a time; each block is copied into the host
 buffers of the shards it overlaps. Those buffers are 64-byte aligned, so on
 CPU devices JAX adopts them without a copy: the peak is the result plus a few
-blocks, and a block is 1/64 of what is read (within 4 and 32 MiB), so the
-blocks in flight and the chunk cache add 5/64 of the data to the peak from
-256 MiB on. Each process reads only the blocks its own devices need.
+blocks. From object stores a block is 1/64 of what is read (within 4 and
+32 MiB, :func:`block_bytes`), so the blocks in flight and the chunk cache add
+5/64 of the data to the peak from 256 MiB on; local files are read in blocks
+of ``BLOCK_BYTES``. Each process reads only the blocks its own devices need.
 """
 
 from __future__ import annotations
