@@ -212,3 +212,16 @@ def test_io_small_benchmark_reports_the_floor_of_our_layout() -> None:
     floor = rows[0].split("our layout's system calls alone + one device_put ", 1)[1]
     rate, ratio = floor.split("/s (numpy/floor ", 1)
     assert float(rate) > 0 and float(ratio.split(")", 1)[0]) > 0, rows[0]
+
+
+def test_construction_target_follows_the_interpreter() -> None:
+    """0.60x regdc from CPython 3.13 on (dict stores); no slower than regdc before (issue 24)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(BENCH)!r})\n"
+        "import bench_core as b\n"
+        "print(sorted({t.limit for t in b.TARGETS if t.label == 'construct, no hooks'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    assert out == ("[0.6]" if sys.version_info >= (3, 13) else "[1.0]"), out
