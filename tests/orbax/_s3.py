@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ._server import running
+
 BUCKET = "jaxstruct-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def emulator_env(url: str) -> dict[str, str]:
@@ -39,32 +30,13 @@ def emulator_env(url: str) -> dict[str, str]:
 @contextmanager
 def moto_s3() -> Iterator[str]:
     """Run moto's server with one bucket; yield its URL; stop it afterwards."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto's server did not start") from None
-                time.sleep(0.2)
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+    with running("moto's server", argv, "/moto-api/", timeout=60) as url:
         _client(url).create_bucket(Bucket=BUCKET)
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _client(url: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ._server import free_port
 from ._stores import STORES, serve
 
 # Both tests start two jax.distributed processes: never run them side by side.
@@ -28,16 +28,10 @@ WORKER = Path(__file__).with_name("_worker.py")
 TIMEOUT = 180
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(
     task: str, directory: Path | str, env_extra: dict[str, str] | None = None
 ) -> list[subprocess.Popen[str]]:
-    port = str(_free_port())
+    port = str(free_port())
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
     env.pop("XLA_FLAGS", None)
     procs = []
