@@ -32,7 +32,9 @@ def _start(
     task: str, directory: Path | str, env_extra: dict[str, str] | None = None
 ) -> list[subprocess.Popen[str]]:
     port = str(free_port())
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
+    # Our waits end (with an error naming the missing process) before the worker's own
+    # stall deadline, so a failure shows where each process was.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", jio.SYNC_TIMEOUT_ENV: "75", **(env_extra or {})}
     env.pop("XLA_FLAGS", None)
     procs = []
     for i in range(2):
@@ -71,6 +73,18 @@ def _finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
             err.seek(0)
             results.append((proc.returncode, out.read(), err.read()))
     return results
+
+
+def _all_ok(results: list[tuple[int, str, str]]) -> list[str]:
+    """Assert that every process printed its OK and exited 0, showing every process's stderr
+    (the one that failed first is often not the one whose peer timed out)."""
+    failed = {
+        f"process {i} (exit {code})": err[-2500:]
+        for i, (code, out, err) in enumerate(results)
+        if code != 0 or f"OK {i}" not in out.splitlines()
+    }
+    assert not failed, "\n\n".join(f"== {who}\n{err}" for who, err in failed.items())
+    return [out for _, out, _ in results]
 
 
 def _restore_with_eight_devices(saved: Path) -> None:
@@ -112,9 +126,7 @@ def test_two_process_checkpoint_restores_anywhere(tmp_path: Path) -> None:
     """Saved by 2 processes, it restores in 2 (two shardings), in 1 with 8 devices and with 1."""
     # The two processes also restore into two shardings and check the built-in
     # formats' rules (replicated data written once, cross-process arrays refused).
-    results = _finish(_start("save_restore", tmp_path))
-    for i, (code, out, err) in enumerate(results):
-        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
+    _all_ok(_finish(_start("save_restore", tmp_path)))
     saved = tmp_path / "ck"
     assert (saved / "_CHECKPOINT_METADATA").is_file()
     _restore_with_eight_devices(saved)
@@ -123,9 +135,7 @@ def test_two_process_checkpoint_restores_anywhere(tmp_path: Path) -> None:
 
 def test_two_process_restore_matrix(tmp_path: Path) -> None:
     """Saved and restored by 2 processes: 0-d to 2-d, every dtype, keys, weak scalars, exact."""
-    results = _finish(_start("restore_matrix", tmp_path))
-    for i, (code, out, err) in enumerate(results):
-        assert code == 0 and f"OK {i}" in out.splitlines(), err[-3000:]
+    _all_ok(_finish(_start("restore_matrix", tmp_path)))
 
 
 def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> None:
@@ -147,9 +157,7 @@ def test_kill_one_process_mid_save_keeps_the_previous_step(tmp_path: Path) -> No
 def test_a_process_that_never_comes_ends_the_wait(tmp_path: Path) -> None:
     """Every wait of a 2-process save or restore ends within JAXSTRUCT_SYNC_TIMEOUT_S, and its
     error names the phase, the path and the missing process; both processes then exit."""
-    results = _finish(_start("straggler", tmp_path, {jio.SYNC_TIMEOUT_ENV: "3"}))
-    for i, (code, out, _) in enumerate(results):
-        assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+    _all_ok(_finish(_start("straggler", tmp_path, {jio.SYNC_TIMEOUT_ENV: "3"})))
 
 
 def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path) -> None:
@@ -161,10 +169,8 @@ def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path)
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
         time.sleep(0.05)
     procs[1].send_signal(signal.SIGTERM)
-    results = _finish(procs)
     steps = set()
-    for i, (code, out, _) in enumerate(results):
-        assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+    for out in _all_ok(_finish(procs)):
         steps.add(next(line for line in out.splitlines() if line.startswith("SAVED ")))
     assert len(steps) == 1  # the same step in both processes
     saved = int(steps.pop().split()[1])
@@ -185,10 +191,7 @@ def test_preempted_two_process_run_saves_and_resumes_bit_exactly(tmp_path: Path)
 def test_two_processes_save_to_an_object_store_and_restore(kind: str) -> None:
     """The 2-process save, overwrite and restore, in a bucket of a local server on 127.0.0.1."""
     with serve(kind) as store:
-        procs = _start("store", f"{store.root}/two", store.env)
-        results = _finish(procs)
-        for i, (code, out, _) in enumerate(results):
-            assert code == 0 and f"OK {i}" in out.splitlines(), [r[2][-2000:] for r in results]
+        _all_ok(_finish(_start("store", f"{store.root}/two", store.env)))
         stored = store.objects("two/ck/")
         assert "two/ck/commit_success.txt" in stored, stored
         assert any(name.startswith("two/ck/arrays/ocdbt.process_1/") for name in stored), stored

@@ -107,16 +107,10 @@ def _replace_atomically(
     primary = _multihost.is_primary()
     name = _fs.temp_sibling(target).name if primary else ""
     tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
-    try:
-        write_checked(fmt, tmp, manifest, arrays, compression, publishing=True)
-    except BaseException as err:
-        if primary:
-            _fs.remove(tmp)
-        if isinstance(err, OSError):
-            raise _disk_error(target, err) from err
-        raise
-    error: BaseException | None = None
-    if primary:
+    error = _write_collectively(
+        fmt, tmp, target, manifest, arrays=arrays, compression=compression, publishing=True
+    )
+    if primary and error is None:
         old: Path | None = None
         try:
             old = _fs.exchange(tmp, target)
@@ -126,10 +120,45 @@ def _replace_atomically(
             error = _disk_error(target, err) if isinstance(err, OSError) else err
         finally:
             _fs.remove(old if old is not None else tmp)
+    elif primary:
+        _fs.remove(tmp)
     _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
     if error is not None:
         raise error
     _fs.step("done")
+
+
+def _write_collectively(
+    fmt: Format,
+    path: Any,
+    target: Any,
+    manifest: bytes,
+    *,
+    arrays: Mapping[str, Any],
+    compression: str,
+    publishing: bool,
+) -> BaseException | None:
+    """Write at ``path`` in every process; return process 0's failure, raise another's.
+
+    Only process 0 checks what was written: it alone publishes, and the others may
+    look only after it has (a temporary sibling is gone by then). A process other
+    than 0 that fails raises at once; process 0 returns its failure, for the caller
+    to share with the others before raising it.
+    """
+    check = _multihost.is_primary()
+    try:
+        write_checked(fmt, path, manifest, arrays, compression, publishing=publishing, check=check)
+    except BaseException as err:
+        if not isinstance(err, OSError):
+            if not check:
+                raise
+            return err
+        error = _disk_error(target, err)
+        error.__cause__ = err
+        if not check:
+            raise error from err
+        return error
+    return None
 
 
 def _replace_at_url(
@@ -151,13 +180,12 @@ def _replace_at_url(
     if error is not None:
         raise error
     staged = _multihost.agree("overwrite-name", staged, path=where)
-    try:
-        write_checked(fmt, staged, manifest, arrays, compression, publishing=True)
-    except BaseException:
-        if primary and staged != target:
-            remote.delete_checkpoint(staged)
-        raise
-    if primary and staged != target:
+    error = _write_collectively(
+        fmt, staged, target, manifest, arrays=arrays, compression=compression, publishing=True
+    )
+    if error is not None and staged != target:
+        remote.delete_checkpoint(staged)  # (only process 0 comes here with an error)
+    if primary and staged != target and error is None:
         try:
             remote.commit_replacement(staged, target)
             _fs.step("published")
@@ -199,10 +227,12 @@ def _write_everywhere(
             )
             if pending is not None:
                 return pending
-        try:
-            write_checked(fmt, target, manifest, arrays, compression, publishing=False)
-        except OSError as err:
-            raise _disk_error(target, err) from err
+        error = _write_collectively(
+            fmt, target, target, manifest, arrays=arrays, compression=compression, publishing=False
+        )
+        _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
+        if error is not None:
+            raise error
         _fs.step("published")
         _fs.step("done")
         return None
