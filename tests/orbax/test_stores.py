@@ -111,9 +111,15 @@ def test_configure_s3_reaches_both_layers_without_the_environment(no_aws: Any) -
 
 
 @pytest.fixture
-def gcs_reset() -> Any:
+def gcs_reset(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from google.auth.compute_engine import _metadata  # gcsfs's dependency
     from jaxstruct.orbax import configure_gcs
 
+    # Without a token, gcsfs and google-auth look for a cloud machine's metadata server
+    # (tries with back-off, 15 s here); these tests check our settings, not the machine's,
+    # so both are told this is no cloud machine (google-auth reads it once, on import).
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    monkeypatch.setattr(_metadata, "_NO_GCE_CHECK", True)
     yield configure_gcs
     configure_gcs()
 
