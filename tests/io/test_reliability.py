@@ -69,10 +69,13 @@ def test_parked_checkpoint_is_recovered_after_kill_between_renames(tmp_path: Pat
 # A worker exports on command at an agreed instant, so two processes race.
 RACER = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys, tempfile, time
     import numpy as np
     import jaxstruct.io as jio
 
+    with tempfile.TemporaryDirectory() as scratch:  # the first export's imports, before racing
+        jio.export({"w": np.zeros(2)}, scratch + "/warm")
+    print(json.dumps("ready"), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
         value = {"who": cmd["who"], "w": np.full(50_000, cmd["who"], np.float32)}
@@ -100,9 +103,10 @@ def test_racing_overwrites_to_a_new_path_both_succeed(suffix: str, tmp_path: Pat
         for _ in range(2)
     ]
     try:
+        assert [json.loads(p.stdout.readline()) for p in racers if p.stdout] == ["ready"] * 2
         for round_ in range(10):
             path = tmp_path / f"ck{round_}{suffix}"
-            at = time.time() + 0.3 if round_ else time.time() + 8.0  # the first waits for imports
+            at = time.time() + 0.3
             for who, proc in enumerate(racers):
                 assert proc.stdin is not None
                 proc.stdin.write(json.dumps({"who": who, "path": str(path), "at": at}) + "\n")
