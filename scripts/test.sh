@@ -15,6 +15,14 @@
 #    with every package, and once without jaxstruct-orbax, whose JAX floor is
 #    above the other layers' (there the orbax tests are skipped, by name).
 #
+# Two test modules check the project's tooling rather than the packages: the
+# built docs site in a browser (tests/test_site.py: the same HTML whichever
+# Python builds it) runs once, in part 1; the benchmark harness
+# (tests/test_benchmarks.py, tests/test_bench_debug.py: benchmarks run at
+# uv.lock's versions, where their targets are set) runs in parts 1 and 2, on
+# every supported Python, and not at the floors. Both are left out with
+# pytest's --ignore, so the summary's count says so.
+#
 # Interpreters are looked for (scripts/find_python.sh), never downloaded:
 # outside CI a missing one is reported and skipped, with CI=true it fails the
 # run. The last lines say how long each part took.
@@ -86,6 +94,9 @@ done
 # must run their tests; the lowest-versions runs below do not install them (their
 # floors would lift JAX's above the layers' own).
 export JAXSTRUCT_TEST_PEERS=1
+# What the runs after the first leave out (see the header).
+SITE=(--ignore=tests/test_site.py)
+TOOLING=("${SITE[@]}" --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
 step "pyright" pyright
@@ -99,7 +110,7 @@ for version in $SUPPORTED_PYTHONS; do
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
         uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
-    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "$@"
+    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "${SITE[@]}" "$@"
 done
 
 # uv.lock stays untouched: each lowest resolution is locked in a copy of the tree
@@ -140,7 +151,7 @@ pytest_lowest() (  # pytest_lowest SCRATCH X.Y [pytest arguments]
     cd "$1/tree"
     venv="$1/py$2"
     shift 2
-    in_venv "$venv" python -m pytest -n 2 -q "$@"
+    in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "$@"
 )
 lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and pytest on each
     local scratch=$1 label=$2 version todo=()
