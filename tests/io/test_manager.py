@@ -55,6 +55,18 @@ def test_keep_the_best_by_metric(tmp_path: Path) -> None:
     assert manager.metrics(2) == {"loss": 3.0}
 
 
+def test_a_diverged_or_damaged_metric(tmp_path: Path) -> None:
+    """A NaN loss is kept as a metric; a damaged metrics file (even nested past Python's
+    parser) means no metrics for that step, never an exception."""
+    manager = jio.CheckpointManager(tmp_path / "run", blocking=True)
+    manager.save(1, {"step": 1}, metrics={"loss": float("nan")})
+    manager.save(2, {"step": 2}, metrics={"loss": 1.0})
+    assert np.isnan(manager.metrics(1)["loss"])  # type: ignore[index]
+    (tmp_path / "run" / ".metrics" / "2.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert manager.metrics(2) is None
+    assert manager.all_steps() == [1, 2]
+
+
 def test_keep_the_best_in_max_mode(tmp_path: Path) -> None:
     """mode="max" ranks higher metric values first."""
     manager = jio.CheckpointManager(

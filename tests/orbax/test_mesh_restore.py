@@ -138,6 +138,23 @@ def test_a_malformed_record_is_refused(tmp_path: Path) -> None:
         jio.load(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"version": 1, "version": 2}', "duplicate JSON key 'version'"),
+        ("{", "is not valid JSON"),
+    ],
+)
+def test_a_malformed_storage_item_is_our_error(tmp_path: Path, text: str, message: str) -> None:
+    """The storage item is read as strictly as the manifest: each breakage is a
+    SerializationError naming the item, never Python's RecursionError."""
+    _, path = _saved(tmp_path)
+    (path / "jaxstruct_storage" / "metadata").write_text(text)
+    with pytest.raises(SerializationError, match=rf"storage item.*{message}"):
+        jio.load(path)
+
+
 def test_mesh_must_be_a_mesh(tmp_path: Path) -> None:
     _, path = _saved(tmp_path)
     with pytest.raises(TypeError, match=r"jax\.sharding\.Mesh"):

@@ -344,6 +344,9 @@ def test_tree_paths_of_every_container(tmp_path: Path) -> None:
         (lambda t: {**t, "a0": {**t["a0"], "as": "complex"}}, "stored as complex needs F32"),
         (lambda t: {k: v for k, v in t.items() if k != "a0"}, "disagree"),
         (lambda t: [], "not an object"),
+        # Text as it stands (not a value to encode): nested past Python's parser, a repeated key.
+        (lambda t: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (lambda t: '{"a0": {}, "a0": {}}', "duplicate JSON key 'a0'"),
     ],
 )
 def test_a_tampered_tensor_table_is_our_error(tmp_path: Path, edit: Any, message: str) -> None:
@@ -355,7 +358,8 @@ def test_a_tampered_tensor_table_is_our_error(tmp_path: Path, edit: Any, message
         header = _header.read_header(f, jio.Limits(), "x")
         data = path.read_bytes()[header.data_start :]
     metadata = dict(header.metadata)
-    metadata["jaxstruct.tensors"] = json.dumps(edit(json.loads(metadata["jaxstruct.tensors"])))
+    edited = edit(json.loads(metadata["jaxstruct.tensors"]))
+    metadata["jaxstruct.tensors"] = edited if isinstance(edited, str) else json.dumps(edited)
     entries = {
         name: ({np.dtype("<f8"): "F64"}[e.dtype], e.shape, e.end - e.begin)
         for name, e in header.tensors.items()

@@ -215,9 +215,9 @@ class CheckpointManager:
             except FileNotFoundError:
                 return None
         try:
-            value = json.loads(text)
-        except ValueError:
-            return None
+            value = json.loads(text)  # NaN and Infinity included: a diverged loss is a metric
+        except (ValueError, RecursionError):
+            return None  # a damaged metrics file: the step has no metrics
         return value if isinstance(value, dict) else None
 
     def best_step(self) -> int | None:

@@ -40,6 +40,7 @@ from jaxstruct.io import (
     RemoteDirectory,
     SavedSharding,
     host_array,
+    parse_json,
     place,
     saved_sharding,
     sync_timeout,
@@ -406,10 +407,7 @@ def _read_storage(
             f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
             "max_manifest_bytes="
         )
-    try:
-        document = json.loads(file.read_bytes())
-    except ValueError as err:
-        raise SerializationError(f"{where}: the storage item is not JSON ({err})") from None
+    document = parse_json(file.read_bytes(), where, "jaxstruct storage item")
     layouts = document.get("arrays") if isinstance(document, dict) else None
     if document.get("version") != 1 if isinstance(document, dict) else True:
         raise SerializationError(f"{where}: unknown storage item version; upgrade jaxstruct-orbax")

@@ -42,6 +42,7 @@ from jaxstruct.io import (
     Limits,
     OpenedCheckpoint,
     array_paths,
+    parse_json,
 )
 from jaxstruct.registry import SerializationError
 
@@ -218,10 +219,7 @@ class SafetensorsFormat(Format):
 
 def _stored_table(header: Header, where: str) -> dict[str, Stored]:
     """Check ``jaxstruct.tensors``: each array key's tensor, form and order."""
-    try:
-        table = json.loads(header.metadata.get(TENSORS_KEY, ""))
-    except ValueError:
-        raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not JSON") from None
+    table = parse_json(header.metadata.get(TENSORS_KEY, ""), where, f"metadata entry {TENSORS_KEY}")
     if not isinstance(table, dict):
         raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not an object")
     out = {}
