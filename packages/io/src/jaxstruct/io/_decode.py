@@ -397,7 +397,11 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
         if tag == "struct":
             return [(c, f".{name}") for name, c in node[3].items()]
         if tag == "pytree":
-            return [(node[3], ".<payload>")] + [(c, f".<child {i}>") for i, c in enumerate(node[4])]
+            named = len(node) == 6 and _names_ok(node)
+            steps = node[5] if named else [f"<child {i}>" for i in range(len(node[4]))]
+            return [(node[3], ".<payload>")] + [
+                (c, f".{step}") for c, step in zip(node[4], steps, strict=True)
+            ]
         if tag == "codec":
             return [(node[2], f".<{node[1]}>")]
     except (IndexError, TypeError, AttributeError):
@@ -623,7 +627,11 @@ def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
 
 
 def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    if len(node) != 5 or node[2] not in ("s", "a", "j"):
+    if not (len(node) == 5 or (len(node) == 6 and _names_ok(node))) or node[2] not in (
+        "s",
+        "a",
+        "j",
+    ):
         raise _NodeError("malformed pytree node")
     ref, mode = node[1], node[2]
     cls = d.resolve(i, ref, "pytree")
@@ -652,6 +660,18 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
             f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
         )
     return value, kids
+
+
+def _names_ok(node: list[Any]) -> bool:
+    """Whether a JAX pytree node's sixth entry names each child (one string per child)."""
+    names, children = node[5], node[4]
+    return (
+        node[2] == "j"
+        and isinstance(names, list)
+        and isinstance(children, list)
+        and len(names) == len(children)
+        and all(type(name) is str for name in names)
+    )
 
 
 def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:

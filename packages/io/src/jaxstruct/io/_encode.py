@@ -29,7 +29,7 @@ from jaxstruct.registry import (
 
 from . import _fs
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
-from ._values import flatten_node, struct_fields
+from ._values import flatten_named, struct_fields
 
 _SAFE_INT = 1 << 53
 #: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
@@ -251,7 +251,7 @@ class _Encoder:
             return (lambda ch: ["codec", name, ch[0]]), [
                 (stored, _Path(path, "text", f".<{name}>"))
             ]
-        foreign = flatten_node(value)
+        foreign = flatten_named(value)
         if foreign is not None:
             return self._foreign(value, path, *foreign)
         if _is_code(value):
@@ -267,13 +267,19 @@ class _Encoder:
         )
 
     def _foreign(
-        self, value: Any, path: _Path, children: list[Any], aux: Any
+        self, value: Any, path: _Path, children: list[Any], aux: Any, names: list[str] | None
     ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
-        """A node of a class registered with JAX only (equinox, flax.struct, chex)."""
+        """A node of a class registered with JAX only (equinox, flax.struct, chex); its
+        children's names (JAX's key paths) go with it, so arrays are named by them."""
         ref = class_ref(type(value))
         items = [(aux, _Path(path, "foreign", ".<static>"))]
-        items += [(c, _Path(path, "foreign", f".<child {i}>")) for i, c in enumerate(children)]
-        return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:]]), items
+        steps = names or [f"<child {i}>" for i in range(len(children))]
+        items += [
+            (c, _Path(path, "foreign", f".{step}")) for c, step in zip(children, steps, strict=True)
+        ]
+        if names is None:
+            return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:]]), items
+        return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:], names]), items
 
     def _pytree(
         self, value: Any, path: _Path

@@ -90,8 +90,9 @@ def _children(nodes: list[Any], node: list[Any]) -> list[tuple[str | None, Any]]
         return [(str(i), c) for i, c in enumerate(node[2])]
     if tag == "struct":
         return [(escape_step(str(name)), c) for name, c in node[3].items()]
-    if tag == "pytree":
-        return [(str(i), c) for i, c in enumerate(node[4])]
+    if tag == "pytree":  # a JAX pytree node may name its children (JAX's key paths)
+        names = node[5] if len(node) == 6 else range(len(node[4]))
+        return [(escape_step(str(n)), c) for n, c in zip(names, node[4], strict=True)]
     if tag == "codec":
         return [(None, node[2])]
     return []
@@ -131,7 +132,7 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         yield ManifestNode(path, node[0], node)
         try:
             kids = _children(nodes, node)
-        except (IndexError, KeyError, TypeError, AttributeError):
+        except (IndexError, KeyError, TypeError, AttributeError, ValueError):
             raise ValueError(f"node {index} is malformed") from None
         for step, child in reversed(kids):
             if type(child) is not int or not 0 <= child < index:

@@ -111,7 +111,11 @@ def _describe(
     if tag == "pytree":
         foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
         kids = [("<static>" if foreign else "<payload>", node[3])]
-        kids += [(f"<child {i}>", c) for i, c in enumerate(node[4])]
+        named = len(node) == 6 and isinstance(node[5], list) and len(node[5]) == len(node[4])
+        steps = (
+            [f".{n}" for n in node[5]] if named else [f"<child {i}>" for i in range(len(node[4]))]
+        )
+        kids += list(zip(steps, node[4], strict=True))
         return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", kids
     if tag == "callable":
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []

@@ -100,6 +100,33 @@ def flatten_node(value: Any) -> tuple[list[Any], Any] | None:
     return children, aux
 
 
+def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:
+    """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf.
+
+    The names are the steps JAX's key paths give the children (an attribute's or
+    a key's name, a position); ``None`` when every step is a position anyway.
+    """
+    import jax
+
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
+    data = treedef.node_data()
+    if data is None or data[0] is not type(value):
+        return None
+    named = False
+    names = []
+    for path, _ in keyed:
+        key: Any = path[0] if len(path) == 1 else None
+        if isinstance(key, jax.tree_util.GetAttrKey):
+            names.append(key.name)
+            named = True
+        elif isinstance(key, jax.tree_util.DictKey) and isinstance(key.key, (str, int)):
+            names.append(str(key.key))
+            named = True
+        else:
+            names.append(str(len(names)))
+    return [child for _, child in keyed], data[1], (names if named else None)
+
+
 def unflatten_node(cls: type, aux: Any, children: Sequence[Any]) -> Any:
     """Rebuild an instance of ``cls`` through its JAX-registered unflatten."""
     import jax
