@@ -17,6 +17,7 @@ class Served:
     """A running store: where its bucket is, what a program's environment needs to reach it,
     and the object names under a prefix of the bucket (read from the server itself)."""
 
+    kind: str  # a name of STORES
     root: str  # "gs://bucket" or "s3://bucket"
     url: str  # the server's own http:// URL
     env: dict[str, str]
@@ -29,12 +30,20 @@ def serve(kind: str) -> Iterator[Served]:
     if kind == "gcs":
         with _gcs.fake_gcs() as url:
             yield Served(
-                f"gs://{_gcs.BUCKET}", url, _gcs.emulator_env(url), lambda p: _gcs.objects(url, p)
+                kind,
+                f"gs://{_gcs.BUCKET}",
+                url,
+                _gcs.emulator_env(url),
+                lambda p: _gcs.objects(url, p),
             )
     elif kind == "s3":
         with _s3.moto_s3() as url:
             yield Served(
-                f"s3://{_s3.BUCKET}", url, _s3.emulator_env(url), lambda p: _s3.objects(url, p)
+                kind,
+                f"s3://{_s3.BUCKET}",
+                url,
+                _s3.emulator_env(url),
+                lambda p: _s3.objects(url, p),
             )
     else:
         raise ValueError(kind)

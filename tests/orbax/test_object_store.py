@@ -29,15 +29,7 @@ def test_export_and_load_through_an_object_store(store: Served) -> None:
     manager (listing, metrics, keep, best, pruning, killed saves), refusals."""
     env = {**os.environ, **store.env, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    out = subprocess.run(
-        [sys.executable, str(WORKER), f"{store.root}/run"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
+    _run_ok([str(WORKER), f"{store.root}/run"], env)
     stored = store.objects("run/")
     assert "run/ck/jaxstruct/metadata" in stored, stored
     assert "run/ck/commit_success.txt" in stored, stored  # committed by a marker, no rename
@@ -45,6 +37,19 @@ def test_export_and_load_through_an_object_store(store: Served) -> None:
     assert any(name.startswith("run/ck/arrays/ocdbt.process_0/d/") for name in stored), stored
     assert "run/async/jaxstruct/metadata" in stored, stored
     assert not any(name.startswith("run/builtin-") for name in stored), stored
+
+
+def _run_ok(argv: list[str], env: dict[str, str]) -> None:
+    """Run a Python program; it must print OK and exit 0 (its stderr shown otherwise)."""
+    out = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
 
 
 @pytest.mark.parametrize("url", ["memory://ck", "az://container/ck"])
@@ -119,38 +124,22 @@ _CONFIGURE = {
 }
 
 
-@pytest.mark.parametrize("kind", STORES)
-def test_explicit_settings_without_the_store_variables(kind: str, tmp_path: Path) -> None:
+def test_explicit_settings_without_the_store_variables(store: Served, tmp_path: Path) -> None:
     """configure_s3(endpoint=, region=, keys) / configure_gcs(endpoint=, token="anon") alone
     reach the server: no variable names it (without the endpoint, every client would ask
     Amazon's or Google's own)."""
-    configure, names, prefixes, isolation = _CONFIGURE[kind]
-    with serve(kind) as store:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-        env.pop("XLA_FLAGS", None)
-        env.update(JAX_PLATFORMS="cpu")
-        env.update({k: str(tmp_path) if v == "EMPTY_DIR" else v for k, v in isolation.items()})
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _EXPLICIT.replace("CONFIGURE", configure),
-                f"{store.root}/explicit",
-                store.url,
-                ",".join(names),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            env=env,
-            check=False,
-        )
-        assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
-        stored = store.objects("explicit/")
-        assert "explicit/ck/commit_success.txt" in stored, stored
-        assert any(n.startswith("explicit/ck/arrays/ocdbt.process_0/d/") for n in stored), stored
-        assert "explicit/run/2/commit_success.txt" in stored, stored
-        assert not any(name.startswith("explicit/run/1/") for name in stored), stored
+    configure, names, prefixes, isolation = _CONFIGURE[store.kind]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.pop("XLA_FLAGS", None)
+    env.update(JAX_PLATFORMS="cpu")
+    env.update({k: str(tmp_path) if v == "EMPTY_DIR" else v for k, v in isolation.items()})
+    program = _EXPLICIT.replace("CONFIGURE", configure)
+    _run_ok(["-c", program, f"{store.root}/explicit", store.url, ",".join(names)], env)
+    stored = store.objects("explicit/")
+    assert "explicit/ck/commit_success.txt" in stored, stored
+    assert any(n.startswith("explicit/ck/arrays/ocdbt.process_0/d/") for n in stored), stored
+    assert "explicit/run/2/commit_success.txt" in stored, stored
+    assert not any(name.startswith("explicit/run/1/") for name in stored), stored
 
 
 def test_configure_s3_refuses_half_a_key() -> None:
