@@ -132,15 +132,15 @@ def _step_hook(marks: list[tuple[str, float]]) -> Any:
     (The hook is a private test hook of jaxstruct.io: without it, no parts are shown.)
     """
     try:
-        from jaxstruct.io import _atomic
+        from jaxstruct.io import _fs
     except ImportError:  # pragma: no cover - jaxstruct.io moved it
         return None
-    if not hasattr(_atomic, "STEP_HOOK"):  # pragma: no cover
+    if not hasattr(_fs, "STEP_HOOK"):  # pragma: no cover
         return None
-    _atomic.STEP_HOOK = lambda name: marks.append((name, time.perf_counter()))
+    _fs.STEP_HOOK = lambda name: marks.append((name, time.perf_counter()))
 
     def remove() -> None:
-        _atomic.STEP_HOOK = None
+        _fs.STEP_HOOK = None
 
     return remove
 

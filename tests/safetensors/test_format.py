@@ -367,3 +367,50 @@ def test_a_tampered_tensor_table_is_our_error(tmp_path: Path, edit: Any, message
     path.write_bytes(_header.encode_header(metadata, entries) + data)
     with pytest.raises(SerializationError, match=message):
         jio.load(path)
+
+
+@pytest.mark.parametrize("budget", [0, 64 << 20], ids=["tensor by tensor", "library"])
+def test_a_big_file_is_flushed_while_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """From ``FLUSH_FROM`` bytes on, the file being written (the library's temporary, or
+    ours) is flushed to disk meanwhile, and the file is whole; below, nothing is."""
+    import os
+    import threading
+
+    from jaxstruct.safetensors import _write
+
+    monkeypatch.setattr(_write, "COPY_BUDGET", budget)
+    monkeypatch.setattr(_write, "FLUSH_EVERY_S", 0.0)
+    flushed: list[int] = []  # inodes flushed from another thread than the writer's
+    writer = threading.get_ident()
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        assert threading.get_ident() != writer
+        flushed.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(_write.os, "fdatasync", spy)
+    state = {f"w{i}": np.full((256, 256), i, np.float32) for i in range(16)}  # 4 MiB
+    jio.export(state, tmp_path / "small.safetensors")
+    assert flushed == []
+    monkeypatch.setattr(_write, "FLUSH_FROM", 1 << 20)
+    path = jio.export(state, tmp_path / "big.safetensors")
+    assert flushed and set(flushed) == {path.stat().st_ino}
+    _same(state, jio.load(path))
+
+
+def test_a_failing_flush_leaves_the_export_to_its_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that fails (a file system without it) stops the flushing, nothing else."""
+    from jaxstruct.safetensors import _write
+
+    def refuse(fd: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(_write, "FLUSH_FROM", 0)
+    monkeypatch.setattr(_write.os, "fdatasync", refuse)
+    state = {"w": np.arange(1000.0)}
+    _same(state, jio.load(jio.export(state, tmp_path / "x.safetensors")))
