@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import jax
 import jaxstruct.io as jio
@@ -40,6 +41,19 @@ jax.tree_util.register_pytree_node(
 )
 
 
+# Older JAX releases (the lowest-versions runs) cannot rebuild such a node from its
+# stored parts: there a load says so, and the names are still written.
+REBUILDS = hasattr(jax.tree_util.PyTreeDef, "from_node_data_and_children")
+
+
+def _load(path: Path) -> Any:
+    if REBUILDS:
+        return jio.load(path, allow_imports=[__name__])
+    with pytest.raises(SerializationError, match=r"JAX .* cannot rebuild Dense.*newer JAX"):
+        jio.load(path, allow_imports=[__name__])
+    return None
+
+
 def _model() -> dict[str, object]:
     layers = [Dense(np.full((2, 3), i, np.float32), np.full(3, i, np.float32)) for i in range(2)]
     return {"layers": layers, "pair": Unkeyed(np.zeros(1), np.ones(1))}
@@ -60,7 +74,9 @@ def test_arrays_are_named_by_jax_key_paths(tmp_path: Path) -> None:
         "pair.0",  # no keys registered: positions, as JAX's own key paths give
         "pair.1",
     ]
-    back = jio.load(path, allow_imports=[__name__])
+    back = _load(path)
+    if back is None:
+        return
     assert type(back["layers"][1]) is Dense and back["layers"][1].act == "relu"
     np.testing.assert_array_equal(back["layers"][1].weight, np.full((2, 3), 1, np.float32))
     np.testing.assert_array_equal(back["pair"].right, np.ones(1))
@@ -86,8 +102,9 @@ def test_a_checkpoint_without_child_names_still_loads(tmp_path: Path) -> None:
     path = jio.export(_model(), tmp_path / "ck", format="directory")
     _drop_names(path)
     assert "layers.0.0" in jio.array_paths(_manifest(path)).values()
-    back = jio.load(path, allow_imports=[__name__])
-    np.testing.assert_array_equal(back["layers"][0].bias, np.zeros(3, np.float32))
+    back = _load(path)
+    if back is not None:
+        np.testing.assert_array_equal(back["layers"][0].bias, np.zeros(3, np.float32))
 
 
 @pytest.mark.parametrize("names", [["weight"], ["weight", 3], "weight,bias"])

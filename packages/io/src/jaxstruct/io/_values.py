@@ -132,8 +132,13 @@ def unflatten_node(cls: type, aux: Any, children: Sequence[Any]) -> Any:
     import jax
 
     make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
-    if make is None:  # pragma: no cover - every supported JAX has it
-        raise TypeError("this JAX version cannot rebuild pytree nodes from their node data")
+    if make is None:  # older JAX releases (the declared floors among them)
+        raise TypeError(
+            f"JAX {jax.__version__} cannot rebuild {cls.__qualname__}, a class registered with "
+            "JAX only, from its stored parts (its PyTreeDef has no "
+            "from_node_data_and_children); load it with a newer JAX, or store it as a Struct or "
+            "through register_pytree_type()"
+        )
     leaf = jax.tree_util.tree_structure(0)
     try:
         treedef = make(jax.tree_util.default_registry, (cls, aux), [leaf] * len(children))
@@ -150,7 +155,7 @@ def is_node_class(cls: type) -> bool:
     import jax
 
     make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
-    if make is None:  # pragma: no cover
+    if make is None:  # older JAX: such nodes cannot be rebuilt (see unflatten_node)
         return False
     try:
         make(jax.tree_util.default_registry, (cls, None), [])
