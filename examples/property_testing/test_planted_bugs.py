@@ -88,8 +88,10 @@ class Normalised(js.Struct):
 def test_a_bug_in_post_init() -> None:
     """The user's IndexError fails the test with its traceback (it is not a refused draw)."""
 
+    # Empty arrays are drawn rarely by default (most bugs need data); sizes=(0, 1, 2)
+    # makes the edge case this bug needs a third of the draws, so 50 examples find it.
     @settings(max_examples=50, deadline=None, database=None)
-    @given(structs(Normalised, dtypes="int32"))
+    @given(structs(Normalised, sizes=(0, 1, 2), dtypes="int32"))
     def property_first_is_nonnegative(x: Normalised) -> None:
         assert x.w[0] >= 0
 
