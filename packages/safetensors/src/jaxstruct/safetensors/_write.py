@@ -16,10 +16,9 @@ to 8 bytes, tensors by decreasing alignment then name).
 Either way, while a file of :data:`FLUSH_FROM` bytes or more is written, a
 thread of the call flushes what is written so far to disk (``fdatasync`` in a
 loop), so the disk writes while the file is still being filled instead of
-after it; the format's ``fsync`` at the end then waits for the tail only. (1
-GiB: an ``fsync`` after the write took 0.4-0.5 s here; with the flushing, the
-whole durable write took less than ``safetensors.flax.save_file``, which does
-not flush at all: see benchmarks/README.md.) The format then fsyncs the file,
+after it; the format's ``fsync`` at the end then waits for the tail only (0.3
+s for 1 GiB became a few ms here; the whole export gained less, within the
+machine's noise: see benchmarks/README.md). The format then fsyncs the file,
 and jaxstruct.io publishes it atomically. (The library itself writes to a
 temporary sibling of its own and renames that onto the path it is given: here
 a path in a directory named after the export's own temporary, then moved onto
