@@ -23,7 +23,7 @@ from jaxstruct.registry import (
 )
 
 from ._encode import PATH_TYPES
-from ._formats import key_label
+from ._formats import child_names, key_label
 from ._jax_private import weakly_typed
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
@@ -397,8 +397,7 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
         if tag == "struct":
             return [(c, f".{name}") for name, c in node[3].items()]
         if tag == "pytree":
-            named = len(node) == 6 and _names_ok(node)
-            steps = node[5] if named else [f"<child {i}>" for i in range(len(node[4]))]
+            steps = child_names(node) or [f"<child {i}>" for i in range(len(node[4]))]
             return [(node[3], ".<payload>")] + [
                 (c, f".{step}") for c, step in zip(node[4], steps, strict=True)
             ]
@@ -627,11 +626,8 @@ def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
 
 
 def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    if not (len(node) == 5 or (len(node) == 6 and _names_ok(node))) or node[2] not in (
-        "s",
-        "a",
-        "j",
-    ):
+    named = len(node) == 6 and child_names(node) is not None
+    if not (len(node) == 5 or named) or node[2] not in ("s", "a", "j"):
         raise _NodeError("malformed pytree node")
     ref, mode = node[1], node[2]
     cls = d.resolve(i, ref, "pytree")
@@ -660,18 +656,6 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
             f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
         )
     return value, kids
-
-
-def _names_ok(node: list[Any]) -> bool:
-    """Whether a JAX pytree node's sixth entry names each child (one string per child)."""
-    names, children = node[5], node[4]
-    return (
-        node[2] == "j"
-        and isinstance(names, list)
-        and isinstance(children, list)
-        and len(names) == len(children)
-        and all(type(name) is str for name in names)
-    )
 
 
 def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:

@@ -76,6 +76,16 @@ def _manifest_of(manifest: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     return dict(inner)
 
 
+def child_names(node: list[Any]) -> list[str] | None:
+    """The names a JAX pytree node (``["pytree", ref, "j", ...]``) stores for its
+    children (JAX's key-path steps), or ``None`` when it stores none or malformed ones."""
+    if len(node) != 6 or node[2] != "j":
+        return None
+    names, children = node[5], node[4]
+    ok = isinstance(names, list) and isinstance(children, list) and len(names) == len(children)
+    return names if ok and all(type(name) is str for name in names) else None
+
+
 def _children(nodes: list[Any], node: list[Any]) -> list[tuple[str | None, Any]]:
     """``(step, child index)`` of a node; a ``None`` step adds nothing to the path."""
     tag = node[0]
@@ -91,7 +101,7 @@ def _children(nodes: list[Any], node: list[Any]) -> list[tuple[str | None, Any]]
     if tag == "struct":
         return [(escape_step(str(name)), c) for name, c in node[3].items()]
     if tag == "pytree":  # a JAX pytree node may name its children (JAX's key paths)
-        names = node[5] if len(node) == 6 else range(len(node[4]))
+        names = child_names(node) or range(len(node[4]))
         return [(escape_step(str(n)), c) for n, c in zip(names, node[4], strict=True)]
     if tag == "codec":
         return [(None, node[2])]

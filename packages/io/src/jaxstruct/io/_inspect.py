@@ -11,7 +11,7 @@ from jaxstruct.registry import SerializationError
 
 from ._decode import struct_kinds_ok
 from ._detect import open_checkpoint
-from ._formats import ArraySpec, key_label
+from ._formats import ArraySpec, child_names, key_label
 from ._schema import check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
@@ -111,10 +111,8 @@ def _describe(
     if tag == "pytree":
         foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
         kids = [("<static>" if foreign else "<payload>", node[3])]
-        named = len(node) == 6 and isinstance(node[5], list) and len(node[5]) == len(node[4])
-        steps = (
-            [f".{n}" for n in node[5]] if named else [f"<child {i}>" for i in range(len(node[4]))]
-        )
+        names = child_names(node)
+        steps = [f".{n}" for n in names] if names else [f"<child {i}>" for i in range(len(node[4]))]
         kids += list(zip(steps, node[4], strict=True))
         return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", kids
     if tag == "callable":
