@@ -147,20 +147,42 @@ def test_a_plain_checkpoint_is_never_overwritten(plain) -> None:
         jio.export({"w": np.ones(2)}, path, format="orbax", overwrite=True)
 
 
-def test_plain_orbax_reads_a_jaxstruct_checkpoints_arrays_item(tmp_path: Path) -> None:
+def test_plain_orbax_reads_a_jaxstruct_checkpoints_arrays_by_tree_path(tmp_path: Path) -> None:
     """The other direction: plain ``StandardCheckpointer().restore`` of the ``arrays`` item of
-    a jaxstruct orbax checkpoint gives a flat dict of arrays keyed ``a0``, ``a1``, ... (in
-    the manifest's order); the checkpoint directory itself is a composite orbax checkpoint."""
-    state = {"params": {"w": jnp.arange(4.0), "b": jnp.ones(2, jnp.int32)}}
+    a jaxstruct orbax checkpoint gives the arrays as a nested dict by tree path (struct
+    fields, dict keys and list indices as keys); the directory is a composite orbax
+    checkpoint, and its ``arrays`` item is itself a plain one that ``load`` fills a target
+    from."""
+
+    class Dense(js.Struct):
+        kernel: jax.Array
+        bias: jax.Array
+
+    state = {
+        "params": {"layers": [Dense(kernel=jnp.arange(4.0), bias=jnp.ones(2, jnp.int32))]},
+        "step": jnp.asarray(7),
+        "mask": jnp.array([True, False]),
+    }
     path = jio.export(state, (tmp_path / "ours").absolute(), format="orbax")
     checkpointer = ocp.StandardCheckpointer()
     try:
         arrays = checkpointer.restore(path / "arrays")
     finally:
         checkpointer.close()
-    assert set(arrays) == {"a0", "a1"}
-    assert _bits(arrays["a0"]) == _bits(state["params"]["w"])
-    assert _bits(arrays["a1"]) == _bits(state["params"]["b"])
+    assert set(arrays) == {"params", "step", "mask"}
+    layer = arrays["params"]["layers"]["0"]
+    assert set(layer) == {"kernel", "bias"}
+    assert _bits(layer["kernel"]) == _bits(state["params"]["layers"][0].kernel)
+    assert _bits(layer["bias"]) == _bits(state["params"]["layers"][0].bias)
+    assert int(arrays["step"]) == 7
+    np.testing.assert_array_equal(np.asarray(arrays["mask"]), [1, 0])  # booleans as uint8
+    # The arrays item alone, as a plain orbax checkpoint, into a target by tree path.
+    sds = jax.ShapeDtypeStruct
+    into = {"params": {"layers": [{"kernel": sds((4,), jnp.float32)}]}, "step": sds((), "int32")}
+    skip = {"mask", "params.layers.0.bias"}
+    got = jio.load(path / "arrays", target=into, rename=lambda n: None if n in skip else n)
+    assert _bits(got["params"]["layers"][0]["kernel"]) == _bits(layer["kernel"])
+    assert int(got["step"]) == 7
 
 
 def test_orbax_metadata_size_is_limited_before_it_is_read(plain) -> None:

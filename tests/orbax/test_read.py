@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -106,8 +107,14 @@ def test_partial_restore_mixes_devices_and_host(tmp_path: Path, small_blocks: No
 
 
 def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> None:
-    """A checkpoint written with orbax's own defaults (whole-shard compressed chunks) loads."""
+    """A checkpoint written with orbax's own defaults (whole-shard compressed chunks) loads,
+    and so does the layout of checkpoints written before arrays were stored by tree path
+    (a flat ``{a0: ...}`` tree, and no names in the storage item)."""
     path = jio.export({"w": np.zeros(1, np.float32)}, tmp_path / "ck", format="orbax")
+    storage = path / "jaxstruct_storage" / "metadata"
+    document = json.loads(storage.read_text())
+    assert document.pop("names") == {"a0": "w"}
+    storage.write_text(json.dumps(document))
     data = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
     w = jax.device_put(data, NamedSharding(jax.make_mesh((8,), ("x",)), P("x")))
     shutil.rmtree(path / "arrays")

@@ -2,8 +2,10 @@
 
 A checkpoint is one orbax composite checkpoint directory with two items:
 
-* ``arrays``: a flat ``{key: array}`` tree saved with orbax's PyTree handler,
-  so every process writes the shards it owns (replicas once) in parallel;
+* ``arrays``: the arrays as a tree of their tree paths
+  (``{"params": {"dense": {"kernel": ...}}}``, see ``_names``) saved with
+  orbax's PyTree handler, so every process writes the shards it owns
+  (replicas once) in parallel, and plain orbax restores them by name;
 * ``jaxstruct``: jaxstruct's manifest (classes, static fields, versions),
   written once by the primary process through orbax's JSON handler.
 
@@ -47,7 +49,7 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
-from . import _plain, _read
+from . import _names, _plain, _read
 from ._bucket import OrbaxRemote, replacement
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
 from ._read import Job, read_into_shards
@@ -228,7 +230,11 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
         for key, arr in arrays.items()
         if (found := saved_sharding(arr)) is not None
     }
-    storage = {"version": 1, "arrays": layouts, "shardings": shardings}
+    storage: dict[str, Any] = {"version": 1, "arrays": layouts, "shardings": shardings}
+    names = _names.tree_names(document, stored)
+    if names is not None:
+        storage["names"] = names
+        stored = _names.nest({names[key]: arr for key, arr in stored.items()})
     items: dict[str, Any] = {
         MANIFEST_ITEM: ocp.args.JsonSave(document),
         STORAGE_ITEM: ocp.args.JsonSave(storage),
@@ -384,8 +390,8 @@ class OrbaxFormat(Format):
         manifest = file.read_bytes()
         if len(manifest) != size:
             raise SerializationError(f"{where}: the manifest changed while being read")
-        layouts, shardings = _read_storage(p, limits, where)
-        return _OrbaxCheckpoint(p, manifest, layouts, shardings, where)
+        layouts, shardings, names = _read_storage(p, limits, where)
+        return _OrbaxCheckpoint(p, manifest, layouts, shardings, where, names=names)
 
 
 _KINDS = frozenset({"bool", "bytes"})
@@ -393,9 +399,12 @@ _KINDS = frozenset({"bool", "bytes"})
 
 def _read_storage(
     p: Any, limits: Limits, where: str
-) -> tuple[dict[str, dict[str, str]], dict[str, SavedSharding | None] | None]:
-    """Read and check the ``storage`` item: how each non-native array was stored, and
-    how each array was sharded (``None`` for a checkpoint written before that record)."""
+) -> tuple[
+    dict[str, dict[str, str]], dict[str, SavedSharding | None] | None, dict[str, str] | None
+]:
+    """Read and check the ``storage`` item: how each non-native array was stored, how
+    each was sharded, and its name in the arrays item (``None`` for a checkpoint written
+    before that record)."""
     file = p / STORAGE_ITEM / _MANIFEST_FILE
     try:
         size = file.stat().length
@@ -421,12 +430,14 @@ def _read_storage(
             or layout.get("order", "F") != "F"
         ):
             raise SerializationError(f"{where}: malformed storage entry for array {key!r}")
+    names = _names.check_names(document.get("names"), where)
     found = document.get("shardings")
     if found is None:
-        return layouts, None
+        return layouts, None, names
     if not isinstance(found, dict):
         raise SerializationError(f"{where}: the storage item's 'shardings' is not a mapping")
-    return layouts, {key: sharding_from_json(value, key, where) for key, value in found.items()}
+    shardings = {key: sharding_from_json(value, key, where) for key, value in found.items()}
+    return layouts, shardings, names
 
 
 def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -442,13 +453,19 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         layouts: dict[str, dict[str, str]],
         shardings: dict[str, SavedSharding | None] | None,
         where: str,
+        *,
+        names: dict[str, str] | None = None,
     ) -> None:
         self.path = path
         self.manifest = manifest
         self.layouts = layouts
         self.shardings = shardings
         self.where = where
+        self.names = names  # array key -> its name in the arrays item (None: the key)
         self.use_zarr3 = False
+
+    def _name(self, key: str) -> str:
+        return key if self.names is None else self.names.get(key, key)
 
     def close(self) -> None:
         pass
@@ -472,9 +489,14 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         finally:
             handler.close()
         if not isinstance(tree, Mapping):
-            raise SerializationError(f"{self.where}: the arrays item is not a flat mapping")
+            raise SerializationError(f"{self.where}: the arrays item is not a mapping")
+        if self.names is None:
+            leaves = dict(tree)
+        else:  # by tree path: back to the manifest's keys (an unknown name stays, and fails)
+            keys = {name: key for key, name in self.names.items()}
+            leaves = {keys.get(n, n): v for n, v in _names.flatten(tree, self.where).items()}
         out = {}
-        for key, meta in tree.items():
+        for key, meta in leaves.items():
             shape = getattr(meta, "shape", None)
             dtype = getattr(meta, "dtype", None)
             if not isinstance(key, str) or shape is None or dtype is None:
@@ -555,11 +577,14 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                     sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
                 )
             opening = open_array_stores(
-                directory, wanted, use_zarr3=self.use_zarr3, cache_bytes=_read.cache_bytes(block)
+                directory,
+                [self._name(key) for key in wanted],
+                use_zarr3=self.use_zarr3,
+                cache_bytes=_read.cache_bytes(block),
             )
             jobs = {}
             for key, placement in wanted.items():
-                store = opening[key].result()
+                store = opening[self._name(key)].result()
                 shape, dtype = storage[key]
                 if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
                     raise ValueError(
@@ -589,8 +614,10 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         restore_args: dict[str, Any] = {}
         for key in to_read:
             _, dtype = storage[key]
-            item[key] = np.empty((0,), dtype)  # structure only; restored as NumPy
-            restore_args[key] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
+            item[self._name(key)] = np.empty((0,), dtype)  # structure only; restored as NumPy
+            restore_args[self._name(key)] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
+        if self.names is not None:
+            item, restore_args = _names.nest(item), _names.nest(restore_args)
         checkpointer = _checkpointer(_handler(None, self.path), self.path)
         try:
             restored = checkpointer.restore(
@@ -605,6 +632,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                     }
                 ),
             )[ARRAYS]
+            if self.names is not None:
+                restored = _names.flatten(restored, self.where)
         except Exception as err:
             raise SerializationError(
                 f"{self.where}: orbax could not read the arrays ({type(err).__name__}: {err})"
@@ -613,7 +642,10 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             checkpointer.close()
         return {
             key: _from_storage(
-                restored[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
+                restored[self._name(key)],
+                self.layouts.get(key, {}),
+                np.dtype(table[key][0]),
+                placement,
             )
             for key, placement in to_read.items()
         }
