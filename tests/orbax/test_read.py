@@ -175,3 +175,27 @@ def test_blocks_are_a_64th_of_the_data_within_4_and_32_mib() -> None:
     assert _read.block_bytes(1024 * mib) == 16 * mib
     assert _read.block_bytes(8192 * mib) == 32 * mib
     assert _read.cache_bytes(16 * mib) == (_read.IN_FLIGHT + 1) * 16 * mib
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a..b", "", "a/b", ".", "w\x00"])
+def test_array_names_from_the_file_are_checked(tmp_path: Path, name: str) -> None:
+    """A storage item naming an array outside the arrays item (or not as a tree path) is
+    refused before orbax opens anything."""
+    path = jio.export({"w": np.arange(4.0)}, tmp_path / "ck", format="orbax")
+    storage = path / "jaxstruct_storage" / "metadata"
+    document = json.loads(storage.read_text())
+    document["names"] = {"a0": name}
+    storage.write_text(json.dumps(document))
+    with pytest.raises(SerializationError, match="malformed names"):
+        jio.load(path)
+
+
+def test_paths_that_cannot_nest_keep_flat_keys(tmp_path: Path) -> None:
+    """A dict key that makes an empty path step ("") leaves the arrays item keyed by the
+    manifest's keys; the checkpoint loads the same."""
+    value = {"a": {"": np.arange(3.0)}, "w": np.ones(2, np.int32)}
+    path = jio.export(value, tmp_path / "ck", format="orbax")
+    assert "names" not in json.loads((path / "jaxstruct_storage" / "metadata").read_text())
+    back = jio.load(path)
+    np.testing.assert_array_equal(back["a"][""], value["a"][""])
+    np.testing.assert_array_equal(back["w"], value["w"])
