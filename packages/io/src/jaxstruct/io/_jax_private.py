@@ -21,16 +21,6 @@ def weakly_typed(arr: Any) -> Any:
         return None
 
 
-def distributed_client() -> Any:
-    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``."""
-    try:
-        from jax._src import distributed
-
-        return distributed.global_state.client
-    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
-        return None
-
-
 def distributed_state() -> Any:
     """``jax.distributed``'s global state (its preemption sync manager), or ``None``."""
     try:
@@ -39,3 +29,8 @@ def distributed_state() -> Any:
         return distributed.global_state
     except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
         return None
+
+
+def distributed_client() -> Any:
+    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``."""
+    return getattr(distributed_state(), "client", None)
