@@ -1,8 +1,4 @@
-"""Plugins: collected with pluggy (entry points, block and allow lists), checked, tabled.
-
-The table says who provides which format or codec name, the clashes, and each
-plugin's state.
-"""
+"""Plugins collected with pluggy, checked, and tabled: who provides which name, and clashes."""
 
 from __future__ import annotations
 
@@ -49,18 +45,11 @@ def native_reason(cls: type) -> str | None:
     from jaxstruct.registry import is_registered_pytree_type
 
     native = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
-    if cls in native or cls is np.ndarray or issubclass(cls, np.generic):
+    paths = (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath)
+    if cls in native or cls in paths or cls is np.ndarray or issubclass(cls, np.generic):
         return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, enum.Enum):
         return "enum members are stored natively (by class and member name)"
-    paths: tuple[type, ...] = (
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
-    if cls in paths:
-        return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "namedtuples are stored natively (by class and fields)"
     jax = sys.modules.get("jax")
@@ -116,18 +105,8 @@ def claimed_by_broken(item: Any, kind: str) -> list[Key]:
     return keys
 
 
-def impl_markers(function: Any) -> list[str]:
-    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
-    found = []
-    for attr, value in getattr(function, "__dict__", {}).items():
-        if attr.endswith("_impl") and isinstance(value, dict):
-            found.append(attr[: -len("_impl")])
-    return sorted(found)
-
-
 def check_hooks(plugin: Any) -> str | None:
     """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker."""
-    who = "it"
     hooks = ", ".join(HOOK_NAMES)
     for name in dir(plugin):
         try:
@@ -136,13 +115,18 @@ def check_hooks(plugin: Any) -> str | None:
             continue
         if not inspect.isroutine(function):
             continue
-        markers = impl_markers(function)
+        # The projects whose pluggy hookimpl marker it carries (``<project>_impl``).
+        markers = sorted(
+            attr.removesuffix("_impl")
+            for attr, value in getattr(function, "__dict__", {}).items()
+            if attr.endswith("_impl") and isinstance(value, dict)
+        )
         if _PROJECT in markers:
             if name not in HOOK_NAMES:
                 close = difflib.get_close_matches(name, HOOK_NAMES, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 return (
-                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
+                    f"it implements {name!r}, which is not a jaxstruct.io hook; {hint}"
                     f"rename it to one of: {hooks}"
                 )
         elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
@@ -153,7 +137,7 @@ def check_hooks(plugin: Any) -> str | None:
                 else "has no hookimpl marker"
             )
             return (
-                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
+                f"it defines {name!r}, which {what}, so it would never run; decorate it "
                 "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
             )
     return None
@@ -369,13 +353,16 @@ class PluginWarning(UserWarning):
     """A plugin was skipped (it failed, or lost a name to a clash); the rest keep working."""
 
 
-def autoload_enabled() -> bool:
-    """Whether entry-point plugins are loaded, as :data:`AUTOLOAD_ENV` says.
+class _Refused(PluginError):
+    """Why a plugin is not used (the message), and the names it would have claimed."""
 
-    Example:
-        >>> isinstance(autoload_enabled(), bool)
-        True
-    """
+    def __init__(self, reason: str, claimed: list[Key] | None = None) -> None:
+        super().__init__(reason)
+        self.claimed = claimed or []
+
+
+def autoload_enabled() -> bool:
+    """Whether entry-point plugins are loaded, as :data:`AUTOLOAD_ENV` says."""
     return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in _OFF_VALUES
 
 
@@ -402,13 +389,10 @@ class _Builtins:
 def _dist_of(entry_point: Any) -> tuple[str, str]:
     """``(distribution name, version)`` of an entry point (placeholders when unknown)."""
     dist = getattr(entry_point, "dist", None)
-    name = getattr(dist, "name", None)
-    if not name:
-        metadata = getattr(dist, "metadata", None)
-        name = metadata.get("Name") if metadata is not None else None
+    name = (
+        getattr(dist, "name", None) or f"<unknown distribution of entry point {entry_point.name!r}>"
+    )
     version = getattr(dist, "version", None)
-    if not name:
-        name = f"<unknown distribution of entry point {entry_point.name!r}>"
     return str(name), str(version) if version else ""
 
 
@@ -475,7 +459,8 @@ class PluginRegistry:
             if self._tables is None:
                 tables = self._build()
                 self._tables = tables
-                _warn(tables.messages)
+                for message in tables.messages:
+                    warnings.warn(message, PluginWarning, stacklevel=3)
             return self._tables
 
     def reload(self) -> None:
@@ -495,9 +480,7 @@ class PluginRegistry:
         tables = Tables()
         builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
         origin = Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
-        formats, codecs, error = self._items(builtins)
-        if error is not None:  # pragma: no cover - the built-ins never fail
-            raise PluginError(f"the built-in formats failed: {error}")
+        formats, codecs = self._items(builtins)  # the built-ins never fail
         for item in (*formats, *codecs):
             tables.merge(item, origin)
         tables.plugins.append(
@@ -540,12 +523,14 @@ class PluginRegistry:
                     plugin_info(ep.name, dist, version, "disabled", reason=disabled)
                 )
                 continue
-            reason, formats, codecs, claimed = self._load_one(ep, origin)
-            if reason is not None:
+            try:
+                formats, codecs = self._load_one(ep)
+            except _Refused as refused:
+                reason = str(refused)
                 message = f"{origin} failed and is not used: {reason}"
                 tables.messages.append(message)
                 tables.plugins.append(plugin_info(ep.name, dist, version, "failed", reason=reason))
-                for key in claimed:
+                for key in refused.claimed:
                     if key not in tables.owners and key not in tables.broken:
                         tables.broken[key] = message
                 continue
@@ -557,55 +542,44 @@ class PluginRegistry:
                 plugin_info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
             )
 
-    def _load_one(
-        self, ep: Any, origin: Origin
-    ) -> tuple[str | None, list[Format], list[Codec], list[Key]]:
-        """Import and register one entry point; ``(why it failed, formats, codecs, claims)``."""
+    def _load_one(self, ep: Any) -> tuple[list[Format], list[Codec]]:
+        """Import and register one entry point; its ``(formats, codecs)``, or :class:`_Refused`."""
         try:
             plugin = ep.load()
         except Exception as err:
-            return f"importing it failed ({type(err).__name__}: {err})", [], [], []
+            raise _Refused(f"importing it failed ({type(err).__name__}: {err})") from None
         declared = getattr(plugin, API_ATTRIBUTE, None)
         if declared is not None and (
             type(declared) is not int or not 1 <= declared <= PLUGIN_API_VERSION
         ):
-            return (
+            raise _Refused(
                 f"it declares {API_ATTRIBUTE} = {declared!r}, and this jaxstruct-io provides "
-                f"plugin interface version {PLUGIN_API_VERSION}; upgrade jaxstruct-io",
-                [],
-                [],
-                [],
+                f"plugin interface version {PLUGIN_API_VERSION}; upgrade jaxstruct-io"
             )
         name = f"entrypoint:{ep.name}"
         if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
-            return (
+            raise _Refused(
                 f"it is registered twice (another entry point named {ep.name!r}, or the same "
-                "object under another name); each entry point name must be unique",
-                [],
-                [],
-                [],
+                "object under another name); each entry point name must be unique"
             )
         problem = check_hooks(plugin)
         if problem is not None:
-            return problem, [], [], []
+            raise _Refused(problem)
         try:
             self.manager.register(plugin, name=name)
         except pluggy.PluginValidationError as err:
-            return (
+            raise _Refused(
                 f"a hook implementation does not fit its hook specification ({err}); its "
-                "arguments must be named as in jaxstruct.io.hookspecs (or taken away)",
-                [],
-                [],
-                [],
-            )
-        formats, codecs, error = self._items(plugin)
-        if error is not None:
+                "arguments must be named as in jaxstruct.io.hookspecs (or taken away)"
+            ) from None
+        try:
+            return self._items(plugin)
+        except _Refused:
             self.manager.unregister(name=name)
-            return error[0], [], [], error[1]
-        return None, formats, codecs, []
+            raise
 
-    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec], tuple[str, list[Key]] | None]:
-        """Call a registered plugin's hooks; ``(formats, codecs, (error, claimed names))``."""
+    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec]]:
+        """Call a registered plugin's hooks; its ``(formats, codecs)``, or :class:`_Refused`."""
         found: dict[str, list[Any]] = {"format": [], "codec": []}
         for hook, kind in (
             (self.manager.hook.jaxstruct_register_formats, "format"),
@@ -617,14 +591,14 @@ class PluginRegistry:
                 try:
                     items = list(cast("Iterable[Any]", impl.function() or ()))
                 except Exception as err:
-                    return [], [], (f"its {kind} hook raised {type(err).__name__}: {err}", [])
+                    raise _Refused(f"its {kind} hook raised {type(err).__name__}: {err}") from None
                 for item in items:
                     problem = check_item(item, kind)
                     if problem is not None:
                         claimed = [k for it in items for k in claimed_by_broken(it, kind)]
-                        return [], [], (problem, claimed)
+                        raise _Refused(problem, claimed)
                 found[kind] += items
-        return found["format"], found["codec"], None
+        return found["format"], found["codec"]
 
     def _register_single(self, item: Format | Codec, what: str) -> None:
         kind = "format" if isinstance(item, Format) else "codec"
@@ -756,11 +730,6 @@ class PluginRegistry:
             names = ", ".join(repr(p.name) for p in disabled[:5])
             parts.append(f"disabled plugins that may provide it: {names}")
         return "; ".join(parts)
-
-
-def _warn(messages: list[str]) -> None:
-    for message in messages:
-        warnings.warn(message, PluginWarning, stacklevel=4)
 
 
 _registry: PluginRegistry | None = None
