@@ -178,69 +178,56 @@ def _leaf_placement(
 
 def _children_of(
     target: Any, node: list[Any], nodes: list[Any], path: str, where: str
-) -> list[tuple[Any, str]]:
-    """Pair each child index of ``node`` with the part of ``target`` that should match it."""
+) -> list[tuple[Any, Any, str]]:
+    """``(child index, the part of target that should match it, its path)`` per child."""
     tag = node[0]
-    kids: list[Any]
     if tag in _SEQUENCE_TAGS:
         kids = node[2] if tag == "namedtuple" else node[1]
-        if target is None:
-            return [(None, f"{path}[{i}]") for i in range(len(kids))]
         if tag in ("set", "frozenset"):
             # Sets hold no arrays (arrays are not hashable): nothing to place inside.
-            return [(None, f"{path}[{i}]") for i in range(len(kids))]
+            return [(kid, None, f"{path}[{i}]") for i, kid in enumerate(kids)]
         if not isinstance(target, list | tuple) or len(target) != len(kids):
             raise SerializationError(
                 f"{where}: the target at {path} is {_describe(target)}"
                 f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
                 f"a {tag} of length {len(kids)} is stored there"
             )
-        return [(t, f"{path}[{i}]") for i, t in enumerate(target)]
+        return [(kid, target[i], f"{path}[{i}]") for i, kid in enumerate(kids)]
     if tag == "dict":
-        items = node[1]
-        pairs: list[tuple[Any, str]] = []
-        if target is not None and not isinstance(target, Mapping):
+        if not isinstance(target, Mapping):
             raise SerializationError(
                 f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
             )
+        items = node[1]
+        pairs: list[tuple[Any, Any, str]] = []
         for i in range(0, len(items), 2):
             key = _scalar_key(nodes[items[i]])
-            pairs.append((None, f"{path}.<key {i // 2}>"))
-            if target is None:
-                pairs.append((None, f"{path}[{key!r}]"))
-                continue
             if key is _UNMATCHABLE or key not in target:
                 raise SerializationError(
                     f"{where}: the stored dict at {path} has key {key!r}, which the target "
                     "lacks; add it to the target (None places it as stored)"
                 )
-            pairs.append((target[key], f"{path}[{key!r}]"))
+            pairs.append((items[i], None, f"{path}.<key {i // 2}>"))
+            pairs.append((items[i + 1], target[key], f"{path}[{key!r}]"))
         return pairs
     if tag == "struct":
-        fields = node[3]
-        if target is None:
-            return [(None, f"{path}.{name}") for name in fields]
-        out = []
-        for name in fields:
+        fields = []
+        for name, kid in node[3].items():
             if not is_struct_class(type(target)) and not hasattr(target, name):
                 raise SerializationError(
                     f"{where}: the target at {path} is {_describe(target)}, but a struct with "
                     f"field {name!r} is stored there"
                 )
             try:
-                out.append((getattr(target, name), f"{path}.{name}"))
+                fields.append((kid, getattr(target, name), f"{path}.{name}"))
             except AttributeError:
                 raise SerializationError(
                     f"{where}: the stored struct at {path} has field {name!r}, which the target "
                     f"{_describe(target)} lacks"
                 ) from None
-        return out
+        return fields
     if tag == "pytree":
         children = node[4]
-        if target is None:
-            return [(None, f"{path}.<payload>")] + [
-                (None, f"{path}.<child {i}>") for i in range(len(children))
-            ]
         try:
             aux, flat = _pytree_parts(target, node[2])
         except Exception:
@@ -253,25 +240,11 @@ def _children_of(
                 f"{where}: the target at {path} has {len(flat)} children, but "
                 f"{len(children)} are stored there"
             )
-        labels = [(aux, f"{path}.<payload>")]
-        return labels + [(t, f"{path}.<child {i}>") for i, t in enumerate(flat)]
+        return [(node[3], aux, f"{path}.<payload>")] + [
+            (kid, flat[i], f"{path}.<child {i}>") for i, kid in enumerate(children)
+        ]
     if tag == "codec":
-        return [(None, f"{path}.<{node[1]}>")]
-    return []
-
-
-def _child_indices(node: list[Any]) -> list[Any]:
-    tag = node[0]
-    if tag in _SEQUENCE_TAGS:
-        return list(node[2] if tag == "namedtuple" else node[1])
-    if tag == "dict":
-        return list(node[1])
-    if tag == "struct":
-        return list(node[3].values())
-    if tag == "pytree":
-        return [node[3], *node[4]]
-    if tag == "codec":
-        return [node[2]]
+        return [(node[2], None, f"{path}.<{node[1]}>")]
     return []
 
 
@@ -365,8 +338,7 @@ def match_target(
                 continue
             if node[0] in _CLASS_TAGS:
                 _vouch(match, index, node, sub)
-            pairs = _children_of(sub, node, nodes, path, where)
-            kids = _child_indices(node)
+            kids = _children_of(sub, node, nodes, path, where)
         except (IndexError, TypeError, AttributeError, KeyError):
             continue  # malformed: the decoder names it
         except SerializationError:
@@ -374,9 +346,7 @@ def match_target(
                 raise
             continue  # aux data the target holds otherwise: it vouches for nothing there
         lenient = node[0] == "pytree" and len(node) > 2 and node[2] != "s"
-        if len(pairs) != len(kids):
-            continue
-        for n, (child, (t, child_path)) in enumerate(zip(kids, pairs, strict=True)):
+        for n, (child, part, child_path) in enumerate(kids):
             if type(child) is int and 0 <= child < index:
-                stack.append((child, t, child_path, strict and not (lenient and n == 0)))
+                stack.append((child, part, child_path, strict and not (lenient and n == 0)))
     return match
