@@ -1,9 +1,4 @@
-"""The ``jaxstruct`` command line.
-
-``jaxstruct inspect PATH [--json] [--verify]`` describes a checkpoint;
-``jaxstruct plugins [--json]`` lists every ``jaxstruct.io`` plugin, its
-distribution and version, what it registers and its state.
-"""
+"""The ``jaxstruct`` command line: ``inspect`` a checkpoint, list the ``plugins``."""
 
 from __future__ import annotations
 

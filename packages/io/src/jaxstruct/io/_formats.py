@@ -1,8 +1,4 @@
-"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays.
-
-:func:`array_paths` names each array by the steps from the root joined by dots
-(``params.layers.0.w``), for formats that name their tensors after the tree.
-"""
+"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays."""
 
 from __future__ import annotations
 

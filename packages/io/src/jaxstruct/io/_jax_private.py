@@ -1,8 +1,4 @@
-"""The private JAX APIs the io package uses, each behind one guarded function.
-
-Only this module imports from ``jax._src``; each function answers ``None`` when
-JAX no longer has what it needs, and its caller takes a public fallback.
-"""
+"""Private JAX APIs, the only imports from ``jax._src``: each answers ``None`` once JAX moves it."""
 
 from __future__ import annotations
 

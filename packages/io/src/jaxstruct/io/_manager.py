@@ -1,13 +1,4 @@
-"""A directory of numbered checkpoints: async saves, restore, retention by age or by a metric.
-
-Layout: each step is a checkpoint named after its number (``<dir>/120``, or
-``<dir>/120.zip`` for a format with a suffix), published atomically by
-:func:`jaxstruct.io.export`, so a step is listed only once it is complete.
-Metrics live in ``<dir>/.metrics/<step>.json``, written (atomically) before
-the checkpoint, so a listed step always has its metrics. Pruning runs after the
-new step is committed and moves a checkpoint out of sight with one rename
-before deleting it, so a kill at any moment leaves every other step loadable.
-"""
+"""A directory of numbered checkpoints: async saves, restore, retention by age or by a metric."""
 
 from __future__ import annotations
 
@@ -250,7 +241,7 @@ class CheckpointManager:
             raise FileExistsError(
                 f"{str(path)!r}: step {step} is already saved; save a new step number"
             )
-        if metrics is not None:
+        if metrics is not None:  # first, so a listed step always has its metrics
             self._write_metrics(step, metrics)
         handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
         self._finish_in_background(handle)

@@ -1,9 +1,4 @@
-"""Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path.
-
-Everything but the array values comes from ``target=``; a tensor name passes
-through ``rename=`` and meets the leaf of that :func:`join_path` name. Every
-unmatched tensor and leaf is named in one error; nothing is imported or run.
-"""
+"""Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes.
-
-``jaxstruct.core`` is imported lazily (it imports this package lazily too). A
-foreign pytree class is stored by reference and rebuilt by its own registered
-unflatten only when vouched for by the target, ``load_cls`` or ``allow_imports``,
-or already registered by a module this process imported (never imported).
-"""
+"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes."""
 
 from __future__ import annotations
 
