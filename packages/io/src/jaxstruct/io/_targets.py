@@ -11,7 +11,7 @@ import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
-from ._values import is_struct_class, struct_fields
+from ._values import flatten_named, is_struct_class, struct_fields
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
 SpecEntry = None | str | tuple[str, ...]
@@ -251,12 +251,10 @@ def _children_of(
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
     """``(aux data or None, children)`` of a pytree value, as its stored node lists them."""
     if mode == "j":  # registered with JAX only: its own flatten, one level
-        from ._values import flatten_node
-
-        flat = flatten_node(target)
+        flat = flatten_named(target)
         if flat is None:
             raise TypeError("not a pytree node")
-        return flat[1], list(flat[0])
+        return flat[1], flat[0]
     from jaxstruct.registry import resolve_pytree_spec
 
     children, aux = resolve_pytree_spec(type(target)).flatten(target)

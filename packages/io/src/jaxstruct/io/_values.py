@@ -80,20 +80,6 @@ def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
     return js.build(cls, values)
 
 
-def flatten_node(value: Any) -> tuple[list[Any], Any] | None:
-    """``(children, aux data)`` of a JAX pytree node, or ``None`` for a JAX leaf."""
-    import jax
-
-    children, treedef = jax.tree_util.tree_flatten(value, is_leaf=lambda x: x is not value)
-    data = treedef.node_data()  # None for a leaf (a node without children is no leaf)
-    if data is None:
-        return None
-    node_type, aux = data
-    if node_type is not type(value):
-        return None  # a subclass JAX flattens as its registered base: not this class
-    return children, aux
-
-
 def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:
     """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf.
 
@@ -103,8 +89,8 @@ def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:
     import jax
 
     keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
-    data = treedef.node_data()
-    if data is None or data[0] is not type(value):
+    data = treedef.node_data()  # None for a leaf (a node without children is no leaf)
+    if data is None or data[0] is not type(value):  # a subclass flattened as its base
         return None
     named = False
     names = []
