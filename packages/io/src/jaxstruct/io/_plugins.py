@@ -207,14 +207,9 @@ class Origin(NamedTuple):
 
 def claims_of(item: Format | Codec) -> list[Key]:
     """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
-    keys: list[Key]
     if isinstance(item, Format):
-        keys = [("format", item.name)]
-        keys += [("suffix", s.lower()) for s in item.suffixes]
-    else:
-        keys = [("codec", item.name)]
-        keys += [("type", cls) for cls in item.types]
-    return keys
+        return [("format", item.name), *(("suffix", s.lower()) for s in item.suffixes)]
+    return [("codec", item.name), *(("type", cls) for cls in item.types)]
 
 
 def key_text(key: Key) -> str:
@@ -234,20 +229,13 @@ class Tables:
         self.broken: dict[Key, str] = {}
         self.plugins: list[PluginInfo] = []
         self.messages: list[str] = []
-        self.formats: dict[str, Format] = {}
-        self.codecs: dict[str, Codec] = {}
-        self.by_type: dict[type, Codec] = {}
-        self.by_suffix: dict[str, Format] = {}
+        #: ``kind -> {name, suffix or class -> item}``, rebuilt from ``owners`` by refresh().
+        self.views: dict[str, dict[Any, Any]] = {}
 
     def refresh(self) -> None:
-        """Rebuild the lookup views from ``owners``."""
-        views: dict[str, dict[Any, Any]] = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
+        self.views = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
         for (kind, value), (item, _) in self.owners.items():
-            views[kind][value] = item
-        self.formats = views["format"]
-        self.codecs = views["codec"]
-        self.by_type = views["type"]
-        self.by_suffix = views["suffix"]
+            self.views[kind][value] = item
 
     def _drop(self, item: Any, message: str) -> None:
         """Remove every claim of ``item``, marking each conflicted with ``message``."""
@@ -337,7 +325,6 @@ ALLOW_ENV = "JAXSTRUCT_IO_LOAD_PLUGINS"
 #: a plugin declaring a newer one is failed with a message asking for an upgrade.
 PLUGIN_API_VERSION = 1
 API_ATTRIBUTE = "JAXSTRUCT_IO_PLUGIN_API"
-BUILTIN = "jaxstruct-io (built-in)"
 _BUILTIN_PLUGIN = "jaxstruct-io-builtins"
 _RUNTIME = "runtime registration: "
 _OFF_VALUES = frozenset({"", "0", "false", "no", "off"})
@@ -479,7 +466,7 @@ class PluginRegistry:
     def _build(self) -> Tables:
         tables = Tables()
         builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
-        origin = Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
+        origin = Origin(_BUILTIN_PLUGIN, "jaxstruct-io (built-in)", "builtin")
         formats, codecs = self._items(builtins)  # the built-ins never fail
         for item in (*formats, *codecs):
             tables.merge(item, origin)
@@ -639,17 +626,17 @@ class PluginRegistry:
     @property
     def formats(self) -> dict[str, Format]:
         """Every usable registered format by name (conflicted and failed ones left out)."""
-        return dict(self._ensure().formats)
+        return dict(self._ensure().views["format"])
 
     @property
     def codecs(self) -> dict[str, Codec]:
         """Every usable registered codec by name (conflicted and failed ones left out)."""
-        return dict(self._ensure().codecs)
+        return dict(self._ensure().views["codec"])
 
     @property
     def suffixes(self) -> dict[str, Format]:
         """The format each claimed suffix selects on export (lower case, with the dot)."""
-        return dict(self._ensure().by_suffix)
+        return dict(self._ensure().views["suffix"])
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones."""
@@ -699,7 +686,7 @@ class PluginRegistry:
             PluginError: two plugins' codecs handle ``cls``.
         """
         tables = self._ensure()
-        codec = tables.by_type.get(cls)
+        codec = tables.views["type"].get(cls)
         if codec is not None:
             return codec
         return self._lookup(("type", cls)) if tables.broken else None
