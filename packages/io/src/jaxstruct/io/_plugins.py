@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -289,17 +289,17 @@ def clash(key: Key, first: Origin, second: Origin) -> str:
     return f"{key_text(key)} is registered by both {first} and {second}; {fix}"
 
 
-def plugin_info(  # noqa: PLR0917 - one call shape for every plugin kind
+def plugin_info(
     name: str,
     dist: str,
     version: str,
     state: str,
-    formats: Iterable[Format] = (),
-    codecs: Iterable[Codec] = (),
+    items: Sequence[Format | Codec] = (),
     *,
     reason: str = "",
     problems: Iterable[str] = (),
 ) -> PluginInfo:
+    formats = [f for f in items if isinstance(f, Format)]
     return PluginInfo(
         name=str(name),
         distribution=dist,
@@ -309,7 +309,7 @@ def plugin_info(  # noqa: PLR0917 - one call shape for every plugin kind
         formats=tuple(
             f"{f.name} ({', '.join(f.suffixes)})" if f.suffixes else f.name for f in formats
         ),
-        codecs=tuple(c.name for c in codecs),
+        codecs=tuple(c.name for c in items if isinstance(c, Codec)),
         problems=tuple(problems),
     )
 
@@ -465,19 +465,17 @@ class PluginRegistry:
 
     def _build(self) -> Tables:
         tables = Tables()
-        builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
         origin = Origin(_BUILTIN_PLUGIN, "jaxstruct-io (built-in)", "builtin")
-        formats, codecs = self._items(builtins)  # the built-ins never fail
-        for item in (*formats, *codecs):
+        items = self._items(self.manager.get_plugin(_BUILTIN_PLUGIN))  # the built-ins never fail
+        for item in items:
             tables.merge(item, origin)
         tables.plugins.append(
-            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", formats, codecs)
+            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", items)
         )
         if self.autoload:
             self._load_entry_points(tables)
         for item, origin in self._runtime:
-            problems = tables.merge(item, origin)
-            tables.messages += problems
+            tables.messages += tables.merge(item, origin)
         tables.refresh()
         return tables
 
@@ -511,7 +509,7 @@ class PluginRegistry:
                 )
                 continue
             try:
-                formats, codecs = self._load_one(ep)
+                items = self._load_one(ep)
             except _Refused as refused:
                 reason = str(refused)
                 message = f"{origin} failed and is not used: {reason}"
@@ -522,15 +520,15 @@ class PluginRegistry:
                         tables.broken[key] = message
                 continue
             problems: list[str] = []
-            for item in (*formats, *codecs):
+            for item in items:
                 problems += tables.merge(item, origin)
             tables.messages += problems
             tables.plugins.append(
-                plugin_info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
+                plugin_info(ep.name, dist, version, "loaded", items, problems=problems)
             )
 
-    def _load_one(self, ep: Any) -> tuple[list[Format], list[Codec]]:
-        """Import and register one entry point; its ``(formats, codecs)``, or :class:`_Refused`."""
+    def _load_one(self, ep: Any) -> list[Format | Codec]:
+        """Import and register one entry point; its formats and codecs, or :class:`_Refused`."""
         try:
             plugin = ep.load()
         except Exception as err:
@@ -565,9 +563,9 @@ class PluginRegistry:
             self.manager.unregister(name=name)
             raise
 
-    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec]]:
-        """Call a registered plugin's hooks; its ``(formats, codecs)``, or :class:`_Refused`."""
-        found: dict[str, list[Any]] = {"format": [], "codec": []}
+    def _items(self, plugin: Any) -> list[Format | Codec]:
+        """Call a registered plugin's hooks; its formats, then codecs, or :class:`_Refused`."""
+        found: list[Format | Codec] = []
         for hook, kind in (
             (self.manager.hook.jaxstruct_register_formats, "format"),
             (self.manager.hook.jaxstruct_register_codecs, "codec"),
@@ -584,8 +582,8 @@ class PluginRegistry:
                     if problem is not None:
                         claimed = [k for it in items for k in claimed_by_broken(it, kind)]
                         raise _Refused(problem, claimed)
-                found[kind] += items
-        return found["format"], found["codec"]
+                found += items
+        return found
 
     def _register_single(self, item: Format | Codec, what: str) -> None:
         kind = "format" if isinstance(item, Format) else "codec"
@@ -643,8 +641,7 @@ class PluginRegistry:
         tables = self._ensure()
         out = list(tables.plugins)
         for item, origin in self._runtime:
-            formats, codecs = ([item], []) if isinstance(item, Format) else ([], [item])
-            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", formats, codecs))
+            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", [item]))
         return out
 
     def source_of(self, kind: str, name: str) -> str:
