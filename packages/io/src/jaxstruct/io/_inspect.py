@@ -62,21 +62,17 @@ class CheckpointInfo:
         )
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"  # pragma: no cover
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB"):
+        n /= 1024
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} GiB"
 
 
 _KINDS = {"n": "node", "s": "static", "o": "opaque"}
-
-
-def _key_label(nodes: list[Any], index: Any) -> str | None:
-    """The key of a dict item as it reads in Python, clipped, or ``None`` if not simple."""
-    label = key_label(nodes, index)
-    return None if label is None else clip(label, 40)
 
 
 def _describe(
@@ -90,11 +86,11 @@ def _describe(
         items = node[1]
         kids: list[tuple[str, Any]] = []
         for i in range(0, len(items) - 1, 2):
-            key = _key_label(nodes, items[i])
+            key = key_label(nodes, items[i])
             if key is None:  # a tuple, a struct...: show the key node itself
                 kids += [("<key>", items[i]), ("<value>", items[i + 1])]
             else:
-                kids.append((f"[{key}]", items[i + 1]))
+                kids.append((f"[{clip(key, 40)}]", items[i + 1]))
         return f"dict ({len(items) // 2} items)", kids
     if tag == "namedtuple":
         return f"namedtuple {node[1]}", [(f"[{i}]", c) for i, c in enumerate(node[2])]
@@ -243,21 +239,8 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
 
 
 def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
-    """Read every array member of a checkpoint and check it, without building JAX arrays.
-
-    Sizes, CRCs, dtypes and shapes are checked against the manifest; every bad
-    member is reported, not only the first.
-
-    Args:
-        path: a checkpoint directory or ``.zip`` archive.
-        **limits: the limit keywords of :func:`jaxstruct.io.load`.
-
-    Returns:
-        One message per problem; an empty list when the checkpoint is sound.
-
-    Raises:
-        FileNotFoundError: nothing exists at ``path``.
-        SerializationError: the checkpoint cannot be opened or its manifest is malformed.
+    """Read every array of a checkpoint, without building JAX arrays, and check sizes, CRCs,
+    dtypes and shapes against the manifest: one message per bad member, ``[]`` when sound.
 
     Example:
         >>> import tempfile, numpy as np
