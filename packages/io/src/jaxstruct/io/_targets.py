@@ -268,31 +268,25 @@ def _ref_of(cls: type) -> str | None:
         return None
 
 
-def _is_abstract(value: Any) -> bool:
-    import jax
-
-    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value))
-
-
 def _unstored_values(target: Any) -> dict[str, Any]:
     """The target struct's values of the fields its class does not store (none abstract)."""
+    import jax
+
     out = {}
     for spec in struct_fields(type(target)):
         if spec.should_serialize or spec.is_derived:
             continue
         value = getattr(target, spec.name)
-        if not _is_abstract(value):
+        if not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value)):
             out[spec.name] = value
     return out
 
 
 def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
     """Record the class (and unstored fields) ``sub`` vouches for at node ``index``."""
-    ref = node[1] if len(node) > 1 else None
-    if not isinstance(ref, str) or sub is None:
-        return
     cls = type(sub)
-    if _ref_of(cls) != ref:
+    ref = node[1] if len(node) > 1 else None
+    if not isinstance(ref, str) or _ref_of(cls) != ref:
         return
     match.classes[index] = cls
     if node[0] == "struct" and is_struct_class(cls):
