@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -266,12 +267,8 @@ def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
         ((2, 3), True, 0)
     """
     dtype = np.dtype(spec.dtype)
-    shape = tuple(spec.shape)
-    count = 1
-    for n in shape:
-        count *= n
-    flat = aligned_empty(count * dtype.itemsize).view(dtype)
-    return flat.reshape(shape, order="F" if order == "F" else "C")
+    flat = aligned_empty(math.prod(spec.shape) * dtype.itemsize).view(dtype)
+    return flat.reshape(tuple(spec.shape), order="F" if order == "F" else "C")
 
 
 def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
@@ -337,7 +334,6 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 
 class OpenedCheckpoint:
     """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
-
 
     A format storing checksums may also define ``verify(table) -> list[str]``,
     checking every array against its checksum (one message per bad array);
