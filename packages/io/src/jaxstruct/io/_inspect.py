@@ -98,12 +98,10 @@ def _describe(
         version = f", schema version {node[2]}" if node[2] else ""
         fields = node[3]
         kinds = node[4] if len(node) == 5 and struct_kinds_ok(node[4], len(fields)) else None
-        if kinds is None:  # written before field kinds were recorded
-            return f"{node[1]} (struct{version})", [(f".{k}", c) for k, c in fields.items()]
-        return f"{node[1]} (struct{version})", [
-            (f".{k} [{_KINDS[letter]}]", c)
-            for (k, c), letter in zip(fields.items(), kinds, strict=True)
-        ]
+        # Files written before field kinds were recorded show none.
+        marks = [f" [{_KINDS[k]}]" for k in kinds] if kinds is not None else [""] * len(fields)
+        edges = [(f".{k}{mark}", c) for (k, c), mark in zip(fields.items(), marks, strict=True)]
+        return f"{node[1]} (struct{version})", edges
     if tag == "pytree":
         foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
         kids = [("<static>" if foreign else "<payload>", node[3])]
@@ -115,20 +113,16 @@ def _describe(
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []
     if tag == "codec":
         return f"<codec {node[1]!r}>", [("<data>", node[2])]
-    if tag in ("array", "jaxarray"):
-        dtype, shape, nbytes = _array_entry(arrays, node)
+    if tag in ("array", "jaxarray", "prngkey"):
+        if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
+            raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
+        dtype, shape, nbytes = arrays[node[1]]
+        data = f"{dtype}{list(shape)} {_size(nbytes)} ({node[1]})"
+        if tag == "prngkey":
+            impl = node[2] if len(node) == 3 else "?"
+            return f"PRNG key array ({clip(str(impl), 40)}), key data {data}", []
         kind = "jax array" if tag == "jaxarray" else "array"
-        if len(node) == 3:
-            kind = "weakly typed " + kind
-        return f"{kind} {dtype}{list(shape)} {_size(nbytes)} ({node[1]})", []
-    if tag == "prngkey":
-        dtype, shape, nbytes = _array_entry(arrays, node)
-        impl = node[2] if len(node) == 3 else "?"
-        return (
-            f"PRNG key array ({clip(str(impl), 40)}), key data {dtype}{list(shape)} "
-            f"{_size(nbytes)} ({node[1]})",
-            [],
-        )
+        return f"{'weakly typed ' if len(node) == 3 else ''}{kind} {data}", []
     if tag == "enum":
         return f"enum {node[1]}.{node[2]}", []
     if tag == "npscalar":
@@ -142,14 +136,6 @@ def _describe(
     if tag in ("bool", "int", "float", "str", "complex"):
         return f"{tag} {clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
     raise SerializationError(f"unknown node tag {tag!r}")
-
-
-def _array_entry(
-    arrays: dict[str, tuple[str, tuple[int, ...], int]], node: list[Any]
-) -> tuple[str, tuple[int, ...], int]:
-    if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
-        raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
-    return arrays[node[1]]
 
 
 def _render(
