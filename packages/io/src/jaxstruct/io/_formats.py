@@ -65,14 +65,6 @@ class ManifestNode(NamedTuple):
     node: list[Any]
 
 
-def _manifest_of(manifest: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
-    top = json.loads(manifest) if isinstance(manifest, (bytes, str)) else manifest
-    inner = top.get("manifest", top) if isinstance(top, Mapping) else None
-    if not isinstance(inner, Mapping) or not isinstance(inner.get("nodes"), list):
-        raise ValueError("not a jaxstruct manifest (expected 'manifest' with 'root' and 'nodes')")
-    return dict(inner)
-
-
 def child_names(node: list[Any]) -> list[str] | None:
     """The names a JAX pytree node (``["pytree", ref, "j", ...]``) stores for its
     children (JAX's key-path steps), or ``None`` when it stores none or malformed ones."""
@@ -122,7 +114,10 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         >>> [(n.path, n.tag) for n in walk(state)]
         [('', 'dict'), ('w', 'array')]
     """
-    inner = _manifest_of(manifest)
+    top = json.loads(manifest) if isinstance(manifest, (bytes, str)) else manifest
+    inner = top.get("manifest", top) if isinstance(top, Mapping) else None
+    if not isinstance(inner, Mapping) or not isinstance(inner.get("nodes"), list):
+        raise ValueError("not a jaxstruct manifest (expected 'manifest' with 'root' and 'nodes')")
     nodes, root = inner["nodes"], inner.get("root")
     if type(root) is not int or not 0 <= root < len(nodes):
         raise ValueError("the manifest's root is not a node index")

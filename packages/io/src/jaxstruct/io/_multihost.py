@@ -201,6 +201,7 @@ class PreemptionWatch:
         self._previous: Any = None
         self._installed = False
         state = _distributed()
+        self._distributed = state is not None
         if state is not None:
             if getattr(state, "preemption_sync_manager", None) is None:
                 raise SerializationError(
@@ -208,9 +209,7 @@ class PreemptionWatch:
                     "preemption service, which is off; leave jax_enable_preemption_service "
                     "on (the default) before jax.distributed.initialize()"
                 )
-            self._distributed = True
             return
-        self._distributed = False
         if threading.current_thread() is not threading.main_thread():
             raise SerializationError(
                 f"{what}: save_on_preemption=True installs a SIGTERM handler, which Python "
