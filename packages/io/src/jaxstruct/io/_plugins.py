@@ -237,11 +237,12 @@ class Tables:
         for (kind, value), (item, _) in self.owners.items():
             self.views[kind][value] = item
 
-    def _drop(self, item: Any, message: str) -> None:
-        """Remove every claim of ``item``, marking each conflicted with ``message``."""
-        for key in [k for k, (owner, _) in self.owners.items() if owner is item]:
+    def drop(self, item: Any) -> list[Key]:
+        """Remove every claim of ``item``; return the names it held."""
+        keys = [k for k, (owner, _) in self.owners.items() if owner is item]
+        for key in keys:
             del self.owners[key]
-            self.broken[key] = message
+        return keys
 
     def merge(self, item: Format | Codec, origin: Origin) -> list[str]:
         """Add ``item`` (already checked); return one message per clash it ran into."""
@@ -258,7 +259,8 @@ class Tables:
         if other is not None:
             message = clash(name_key, other[1], origin)
             if other[1].kind == "entrypoint":
-                self._drop(other[0], message)
+                for key in self.drop(other[0]):
+                    self.broken[key] = message
                 for key in claims:
                     self.broken.setdefault(key, message)
             return [message]
@@ -599,8 +601,7 @@ class PluginRegistry:
             if previous is not None and previous[1] == origin:
                 # The same register_*() call site running again (a re-run notebook
                 # cell) replaces its earlier registration instead of clashing.
-                for key in [k for k, (owner, _) in tables.owners.items() if owner is previous[0]]:
-                    del tables.owners[key]
+                tables.drop(previous[0])
                 self._runtime = [(i, o) for i, o in self._runtime if i is not previous[0]]
             for key in claims:
                 if key in tables.broken:

@@ -167,9 +167,7 @@ def _leaf_placement(
                 f"{where}: the target at {path} has shape {tuple(target.shape)}, but the stored "
                 f"array has shape {shape}; fix the target, or give None there to load as stored"
             )
-        if isinstance(target, np.ndarray):
-            return None
-        return getattr(target, "sharding", None)
+        return None if isinstance(target, np.ndarray) else getattr(target, "sharding", None)
     raise SerializationError(
         f"{where}: the target at {path} is a {_describe(target)}, but an array is stored "
         "there; give a jax.Array, a jax.ShapeDtypeStruct or None"
