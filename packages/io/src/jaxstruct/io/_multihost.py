@@ -33,13 +33,15 @@ def process_count() -> int:
     return jax.process_count()
 
 
-def is_primary() -> bool:
-    """Return whether this is process 0 (always true in a single-process run)."""
-    if process_count() == 1:
-        return True
+def _process_index() -> int:
     import jax
 
-    return jax.process_index() == 0
+    return jax.process_index()
+
+
+def is_primary() -> bool:
+    """Return whether this is process 0 (always true in a single-process run)."""
+    return process_count() == 1 or _process_index() == 0
 
 
 def sync_timeout() -> float:
@@ -69,12 +71,6 @@ def _missing(client: Any, prefix: str) -> list[int]:
     except Exception:  # the coordinator itself may be gone
         return []
     return [i for i in range(process_count()) if i not in arrived]
-
-
-def _process_index() -> int:
-    import jax
-
-    return jax.process_index()
 
 
 def _timed_out(
