@@ -123,11 +123,8 @@ class CheckpointManager:
         _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
         if error is not None:
             raise error
-        self._preemption = (
-            PreemptionWatch(f"CheckpointManager({str(self.directory)!r})")
-            if save_on_preemption
-            else None
-        )
+        what = f"CheckpointManager({str(self.directory)!r})"
+        self._preemption = PreemptionWatch(what) if save_on_preemption else None
 
     # -- preemption ------------------------------------------------------------
 
