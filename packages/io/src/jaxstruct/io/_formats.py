@@ -18,12 +18,7 @@ _ARRAYS = ("array", "jaxarray", "prngkey")
 
 
 def escape_step(step: str) -> str:
-    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``.
-
-    Example:
-        >>> escape_step("lr.decay/2")
-        'lr%2Edecay%2F2'
-    """
+    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``."""
     return step.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
 
 
@@ -236,12 +231,7 @@ _ALIGN = 64
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned.
-
-    Example:
-        >>> aligned_empty(100).ctypes.data % 64
-        0
-    """
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned."""
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start : start + nbytes]

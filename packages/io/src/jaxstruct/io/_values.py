@@ -81,11 +81,8 @@ def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
 
 
 def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:
-    """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf.
-
-    The names are the steps JAX's key paths give the children (an attribute's or
-    a key's name, a position); ``None`` when every step is a position anyway.
-    """
+    """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf; the
+    names are its children's key-path steps, ``None`` when every step is a position anyway."""
     import jax
 
     keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
