@@ -52,8 +52,6 @@ class ExportHandle:
         self._key = key
         self._finished = threading.Event()
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self._pending: PendingWrite | None = None
 
     def _start(self, work: Callable[[], PendingWrite | None]) -> None:
         def run() -> None:
@@ -69,8 +67,7 @@ class ExportHandle:
                     if _in_flight.get(self._key) is self:
                         del _in_flight[self._key]
 
-        self._thread = threading.Thread(target=run, name="jaxstruct-export", daemon=False)
-        self._thread.start()
+        threading.Thread(target=run, name="jaxstruct-export", daemon=False).start()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the checkpoint is written; raise the background write's error if any.

@@ -1,9 +1,4 @@
-"""The ``jaxstruct`` command line.
-
-``jaxstruct inspect PATH [--json] [--verify]`` describes a checkpoint;
-``jaxstruct plugins [--json]`` lists every ``jaxstruct.io`` plugin, its
-distribution and version, what it registers and its state.
-"""
+"""The ``jaxstruct`` command line: ``inspect`` a checkpoint, list the ``plugins``."""
 
 from __future__ import annotations
 
@@ -80,14 +75,8 @@ def _plugins(*, as_json: bool) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    limits = {
-        name: value
-        for name, value in (
-            ("max_manifest_bytes", args.max_manifest_bytes),
-            ("max_nodes", args.max_nodes),
-        )
-        if value is not None
-    }
+    names = ("max_manifest_bytes", "max_nodes")
+    limits = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     try:
         info = inspect(args.path, **limits)
         problems, checksummed = verify_report(args.path, **limits) if args.verify else (None, False)
@@ -97,11 +86,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         report = info.to_json()
         if problems is not None:
-            report["verify"] = {
-                "ok": not problems,
-                "problems": problems,
-                "checksums": checksummed,
-            }
+            report["verify"] = {"ok": not problems, "problems": problems, "checksums": checksummed}
         print(json.dumps(report, indent=1))
     else:
         print(info)

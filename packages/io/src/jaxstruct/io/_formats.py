@@ -1,12 +1,9 @@
-"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays.
-
-:func:`array_paths` names each array by the steps from the root joined by dots
-(``params.layers.0.w``), for formats that name their tensors after the tree.
-"""
+"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -21,12 +18,7 @@ _ARRAYS = ("array", "jaxarray", "prngkey")
 
 
 def escape_step(step: str) -> str:
-    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``.
-
-    Example:
-        >>> escape_step("lr.decay/2")
-        'lr%2Edecay%2F2'
-    """
+    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``."""
     return step.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
 
 
@@ -66,14 +58,6 @@ class ManifestNode(NamedTuple):
     path: str
     tag: str
     node: list[Any]
-
-
-def _manifest_of(manifest: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
-    top = json.loads(manifest) if isinstance(manifest, (bytes, str)) else manifest
-    inner = top.get("manifest", top) if isinstance(top, Mapping) else None
-    if not isinstance(inner, Mapping) or not isinstance(inner.get("nodes"), list):
-        raise ValueError("not a jaxstruct manifest (expected 'manifest' with 'root' and 'nodes')")
-    return dict(inner)
 
 
 def child_names(node: list[Any]) -> list[str] | None:
@@ -125,7 +109,10 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         >>> [(n.path, n.tag) for n in walk(state)]
         [('', 'dict'), ('w', 'array')]
     """
-    inner = _manifest_of(manifest)
+    top = json.loads(manifest) if isinstance(manifest, (bytes, str)) else manifest
+    inner = top.get("manifest", top) if isinstance(top, Mapping) else None
+    if not isinstance(inner, Mapping) or not isinstance(inner.get("nodes"), list):
+        raise ValueError("not a jaxstruct manifest (expected 'manifest' with 'root' and 'nodes')")
     nodes, root = inner["nodes"], inner.get("root")
     if type(root) is not int or not 0 <= root < len(nodes):
         raise ValueError("the manifest's root is not a node index")
@@ -244,12 +231,7 @@ _ALIGN = 64
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned.
-
-    Example:
-        >>> aligned_empty(100).ctypes.data % 64
-        0
-    """
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned."""
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start : start + nbytes]
@@ -270,12 +252,8 @@ def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
         ((2, 3), True, 0)
     """
     dtype = np.dtype(spec.dtype)
-    shape = tuple(spec.shape)
-    count = 1
-    for n in shape:
-        count *= n
-    flat = aligned_empty(count * dtype.itemsize).view(dtype)
-    return flat.reshape(shape, order="F" if order == "F" else "C")
+    flat = aligned_empty(math.prod(spec.shape) * dtype.itemsize).view(dtype)
+    return flat.reshape(tuple(spec.shape), order="F" if order == "F" else "C")
 
 
 def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
@@ -341,7 +319,6 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 
 class OpenedCheckpoint:
     """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
-
 
     A format storing checksums may also define ``verify(table) -> list[str]``,
     checking every array against its checksum (one message per bad array);

@@ -62,21 +62,17 @@ class CheckpointInfo:
         )
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"  # pragma: no cover
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB"):
+        n /= 1024
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} GiB"
 
 
 _KINDS = {"n": "node", "s": "static", "o": "opaque"}
-
-
-def _key_label(nodes: list[Any], index: Any) -> str | None:
-    """The key of a dict item as it reads in Python, clipped, or ``None`` if not simple."""
-    label = key_label(nodes, index)
-    return None if label is None else clip(label, 40)
 
 
 def _describe(
@@ -90,11 +86,11 @@ def _describe(
         items = node[1]
         kids: list[tuple[str, Any]] = []
         for i in range(0, len(items) - 1, 2):
-            key = _key_label(nodes, items[i])
+            key = key_label(nodes, items[i])
             if key is None:  # a tuple, a struct...: show the key node itself
                 kids += [("<key>", items[i]), ("<value>", items[i + 1])]
             else:
-                kids.append((f"[{key}]", items[i + 1]))
+                kids.append((f"[{clip(key, 40)}]", items[i + 1]))
         return f"dict ({len(items) // 2} items)", kids
     if tag == "namedtuple":
         return f"namedtuple {node[1]}", [(f"[{i}]", c) for i, c in enumerate(node[2])]
@@ -102,12 +98,10 @@ def _describe(
         version = f", schema version {node[2]}" if node[2] else ""
         fields = node[3]
         kinds = node[4] if len(node) == 5 and struct_kinds_ok(node[4], len(fields)) else None
-        if kinds is None:  # written before field kinds were recorded
-            return f"{node[1]} (struct{version})", [(f".{k}", c) for k, c in fields.items()]
-        return f"{node[1]} (struct{version})", [
-            (f".{k} [{_KINDS[letter]}]", c)
-            for (k, c), letter in zip(fields.items(), kinds, strict=True)
-        ]
+        # Files written before field kinds were recorded show none.
+        marks = [f" [{_KINDS[k]}]" for k in kinds] if kinds is not None else [""] * len(fields)
+        edges = [(f".{k}{mark}", c) for (k, c), mark in zip(fields.items(), marks, strict=True)]
+        return f"{node[1]} (struct{version})", edges
     if tag == "pytree":
         foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
         kids = [("<static>" if foreign else "<payload>", node[3])]
@@ -119,20 +113,16 @@ def _describe(
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []
     if tag == "codec":
         return f"<codec {node[1]!r}>", [("<data>", node[2])]
-    if tag in ("array", "jaxarray"):
-        dtype, shape, nbytes = _array_entry(arrays, node)
+    if tag in ("array", "jaxarray", "prngkey"):
+        if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
+            raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
+        dtype, shape, nbytes = arrays[node[1]]
+        data = f"{dtype}{list(shape)} {_size(nbytes)} ({node[1]})"
+        if tag == "prngkey":
+            impl = node[2] if len(node) == 3 else "?"
+            return f"PRNG key array ({clip(str(impl), 40)}), key data {data}", []
         kind = "jax array" if tag == "jaxarray" else "array"
-        if len(node) == 3:
-            kind = "weakly typed " + kind
-        return f"{kind} {dtype}{list(shape)} {_size(nbytes)} ({node[1]})", []
-    if tag == "prngkey":
-        dtype, shape, nbytes = _array_entry(arrays, node)
-        impl = node[2] if len(node) == 3 else "?"
-        return (
-            f"PRNG key array ({clip(str(impl), 40)}), key data {dtype}{list(shape)} "
-            f"{_size(nbytes)} ({node[1]})",
-            [],
-        )
+        return f"{'weakly typed ' if len(node) == 3 else ''}{kind} {data}", []
     if tag == "enum":
         return f"enum {node[1]}.{node[2]}", []
     if tag == "npscalar":
@@ -146,14 +136,6 @@ def _describe(
     if tag in ("bool", "int", "float", "str", "complex"):
         return f"{tag} {clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
     raise SerializationError(f"unknown node tag {tag!r}")
-
-
-def _array_entry(
-    arrays: dict[str, tuple[str, tuple[int, ...], int]], node: list[Any]
-) -> tuple[str, tuple[int, ...], int]:
-    if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
-        raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
-    return arrays[node[1]]
 
 
 def _render(
@@ -243,21 +225,8 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
 
 
 def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
-    """Read every array member of a checkpoint and check it, without building JAX arrays.
-
-    Sizes, CRCs, dtypes and shapes are checked against the manifest; every bad
-    member is reported, not only the first.
-
-    Args:
-        path: a checkpoint directory or ``.zip`` archive.
-        **limits: the limit keywords of :func:`jaxstruct.io.load`.
-
-    Returns:
-        One message per problem; an empty list when the checkpoint is sound.
-
-    Raises:
-        FileNotFoundError: nothing exists at ``path``.
-        SerializationError: the checkpoint cannot be opened or its manifest is malformed.
+    """Read every array of a checkpoint, without building JAX arrays, and check sizes, CRCs,
+    dtypes and shapes against the manifest: one message per bad member, ``[]`` when sound.
 
     Example:
         >>> import tempfile, numpy as np

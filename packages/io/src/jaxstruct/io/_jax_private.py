@@ -1,8 +1,4 @@
-"""The private JAX APIs the io package uses, each behind one guarded function.
-
-Only this module imports from ``jax._src``; each function answers ``None`` when
-JAX no longer has what it needs, and its caller takes a public fallback.
-"""
+"""Private JAX APIs, the only imports from ``jax._src``: each answers ``None`` once JAX moves it."""
 
 from __future__ import annotations
 
@@ -21,16 +17,6 @@ def weakly_typed(arr: Any) -> Any:
         return None
 
 
-def distributed_client() -> Any:
-    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``."""
-    try:
-        from jax._src import distributed
-
-        return distributed.global_state.client
-    except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
-        return None
-
-
 def distributed_state() -> Any:
     """``jax.distributed``'s global state (its preemption sync manager), or ``None``."""
     try:
@@ -39,3 +25,8 @@ def distributed_state() -> Any:
         return distributed.global_state
     except (ImportError, AttributeError):  # pragma: no cover - JAX moved it
         return None
+
+
+def distributed_client() -> Any:
+    """``jax.distributed``'s client (barriers and key-value store with timeouts), or ``None``."""
+    return getattr(distributed_state(), "client", None)

@@ -1,13 +1,4 @@
-"""A directory of numbered checkpoints: async saves, restore, retention by age or by a metric.
-
-Layout: each step is a checkpoint named after its number (``<dir>/120``, or
-``<dir>/120.zip`` for a format with a suffix), published atomically by
-:func:`jaxstruct.io.export`, so a step is listed only once it is complete.
-Metrics live in ``<dir>/.metrics/<step>.json``, written (atomically) before
-the checkpoint, so a listed step always has its metrics. Pruning runs after the
-new step is committed and moves a checkpoint out of sight with one rename
-before deleting it, so a kill at any moment leaves every other step loadable.
-"""
+"""A directory of numbered checkpoints: async saves, restore, retention by age or by a metric."""
 
 from __future__ import annotations
 
@@ -132,11 +123,8 @@ class CheckpointManager:
         _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
         if error is not None:
             raise error
-        self._preemption = (
-            PreemptionWatch(f"CheckpointManager({str(self.directory)!r})")
-            if save_on_preemption
-            else None
-        )
+        what = f"CheckpointManager({str(self.directory)!r})"
+        self._preemption = PreemptionWatch(what) if save_on_preemption else None
 
     # -- preemption ------------------------------------------------------------
 
@@ -173,30 +161,33 @@ class CheckpointManager:
 
     # -- listing ---------------------------------------------------------------
 
+    def _under(self, *names: str) -> Any:
+        """The path of ``names`` inside the directory (a str at a URL)."""
+        if self._remote is not None:
+            return "/".join((self.directory, *names))
+        return self.directory.joinpath(*names)
+
     def path_of(self, step: int) -> Any:
         """Return the checkpoint path of ``step`` (whether or not it exists; a str at a URL)."""
-        if self._remote is not None:
-            return f"{self.directory}/{step}{self._suffix}"
-        return self.directory / f"{step}{self._suffix}"
+        return self._under(f"{step}{self._suffix}")
+
+    def _metrics_path(self, step: int) -> Any:
+        return self._under(_METRICS, f"{step}.json")
 
     def _numbered(self) -> list[int]:
         """The step numbers named in the directory, committed or not."""
+        remote = self._remote
         try:
-            if self._remote is not None:
-                names = self._remote.names(self.directory)
-            else:
-                names = os.listdir(self.directory)
+            names = os.listdir(self.directory) if remote is None else remote.names(self.directory)
         except FileNotFoundError:
             return []
         return sorted(int(match.group(1)) for name in names if (match := self._pattern.match(name)))
 
     def all_steps(self) -> list[int]:
         """Return the committed steps, ascending (at a URL: those with a commit marker)."""
+        remote = self._remote
         steps = self._numbered()
-        if self._remote is not None:
-            remote = self._remote
-            steps = [s for s in steps if remote.committed(self.path_of(s))]
-        return steps
+        return steps if remote is None else [s for s in steps if remote.committed(self.path_of(s))]
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or ``None`` when there is none."""
@@ -205,15 +196,13 @@ class CheckpointManager:
 
     def metrics(self, step: int) -> dict[str, Any] | None:
         """Return the metrics saved with ``step``, or ``None`` if it was saved without."""
-        if self._remote is not None:
-            text = self._remote.read_text(f"{self.directory}/{_METRICS}/{step}.json")
-            if text is None:
-                return None
-        else:
-            try:
-                text = (self.directory / _METRICS / f"{step}.json").read_text("utf-8")
-            except FileNotFoundError:
-                return None
+        path = self._metrics_path(step)
+        try:
+            text = path.read_text("utf-8") if self._remote is None else self._remote.read_text(path)
+        except FileNotFoundError:
+            return None
+        if text is None:
+            return None
         try:
             value = json.loads(text)  # NaN and Infinity included: a diverged loss is a metric
         except (ValueError, RecursionError):
@@ -244,13 +233,12 @@ class CheckpointManager:
         step = _step_number(step)
         self.wait()
         path = self.path_of(step)
-        if self._remote is not None:
-            self._sweep_uncommitted()
+        self._sweep_uncommitted()
         if step in self.all_steps() if self._remote is not None else os.path.lexists(path):
             raise FileExistsError(
                 f"{str(path)!r}: step {step} is already saved; save a new step number"
             )
-        if metrics is not None:
+        if metrics is not None:  # first, so a listed step always has its metrics
             self._write_metrics(step, metrics)
         handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
         self._finish_in_background(handle)
@@ -269,18 +257,17 @@ class CheckpointManager:
             ) from None
         if not _multihost.is_primary():
             return
+        final = self._metrics_path(step)
         if self._remote is not None:  # one object, replaced whole
-            self._remote.write_text(f"{self.directory}/{_METRICS}/{step}.json", text)
+            self._remote.write_text(final, text)
             return
-        folder = self.directory / _METRICS
-        final = folder / f"{step}.json"
         tmp = _fs.temp_sibling(final)
         with open(tmp, "x", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-        fsync_dir(folder)
+        fsync_dir(final.parent)
 
     def _finish_in_background(self, handle: ExportHandle) -> None:
         def run() -> None:
@@ -337,22 +324,18 @@ class CheckpointManager:
 
     # -- retention -------------------------------------------------------------
 
-    def _score(self, step: int) -> float | None:
-        if self.best_metric is None:
-            return None
-        found = (self.metrics(step) or {}).get(self.best_metric)
-        if isinstance(found, bool) or not isinstance(found, int | float) or math.isnan(found):
-            return None
-        return float(found) if self.mode == "min" else -float(found)
-
     def _ranked(self, steps: list[int]) -> list[int]:
         """``steps`` best first (by metric; steps without it last, newest first among ties)."""
-        if self.best_metric is None:
+        metric = self.best_metric
+        if metric is None:
             return sorted(steps, reverse=True)
+        sign = 1.0 if self.mode == "min" else -1.0
 
-        def key(step: int) -> tuple[int, float, int]:
-            score = self._score(step)
-            return (score is None, score if score is not None else 0.0, -step)
+        def key(step: int) -> tuple[bool, float, int]:
+            found = (self.metrics(step) or {}).get(metric)
+            if isinstance(found, bool) or not isinstance(found, int | float) or math.isnan(found):
+                return (True, 0.0, -step)
+            return (False, sign * found, -step)
 
         return sorted(steps, key=key)
 
@@ -374,15 +357,13 @@ class CheckpointManager:
         if remote is None or not _multihost.is_primary():
             return
         for step in self._numbered():
-            path = self.path_of(step)
-            if not remote.committed(path):
-                remote.delete_checkpoint(path)
-                remote.remove(f"{self.directory}/{_METRICS}/{step}.json")
+            if not remote.committed(self.path_of(step)):
+                self._delete(step)
 
     def _delete(self, step: int) -> None:
         if self._remote is not None:  # the commit marker first: unlisted at once
             self._remote.delete_checkpoint(self.path_of(step))
-            self._remote.remove(f"{self.directory}/{_METRICS}/{step}.json")
+            self._remote.remove(self._metrics_path(step))
             return
         path = self.path_of(step)
         trash = self.directory / f".{path.name}{_TRASH}{os.getpid()}"
@@ -391,7 +372,7 @@ class CheckpointManager:
         except FileNotFoundError:
             return
         fsync_dir(self.directory)
-        (self.directory / _METRICS / f"{step}.json").unlink(missing_ok=True)
+        self._metrics_path(step).unlink(missing_ok=True)
         _fs.remove(trash)
 
     def _empty_trash(self) -> None:

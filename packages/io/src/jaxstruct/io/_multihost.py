@@ -1,9 +1,4 @@
-"""Several processes: who is primary, barriers and shared outcomes, and preemption notices.
-
-With ``jax.distributed``, JAX's preemption service catches SIGTERM and picks the
-step every process reaches; in a single process a SIGTERM handler is installed
-only while a :class:`PreemptionWatch` is open.
-"""
+"""Several processes: who is primary, barriers and shared outcomes, and preemption notices."""
 
 from __future__ import annotations
 
@@ -29,26 +24,24 @@ SYNC_TIMEOUT_ENV = "JAXSTRUCT_SYNC_TIMEOUT_S"
 _counter = itertools.count()
 
 
-def _jax_loaded() -> bool:
-    return "jax" in sys.modules
-
-
 def process_count() -> int:
     """Return the number of JAX processes (1 when JAX is not even imported)."""
-    if not _jax_loaded():
+    if "jax" not in sys.modules:
         return 1
     import jax
 
     return jax.process_count()
 
 
-def is_primary() -> bool:
-    """Return whether this is process 0 (always true in a single-process run)."""
-    if process_count() == 1:
-        return True
+def _process_index() -> int:
     import jax
 
-    return jax.process_index() == 0
+    return jax.process_index()
+
+
+def is_primary() -> bool:
+    """Return whether this is process 0 (always true in a single-process run)."""
+    return process_count() == 1 or _process_index() == 0
 
 
 def sync_timeout() -> float:
@@ -80,24 +73,24 @@ def _missing(client: Any, prefix: str) -> list[int]:
     return [i for i in range(process_count()) if i not in arrived]
 
 
-def _process_index() -> int:
-    import jax
+def _timed_out(
+    name: str, path: str, who: str, timeout_s: float, err: Exception
+) -> SerializationError:
+    return SerializationError(
+        f"{name}{_where(path)}: {who} within {timeout_s:g} s (process {_process_index()} "
+        f"waited; {type(err).__name__}: {err}). Every process must call export()/load() "
+        f"together; {SYNC_TIMEOUT_ENV} sets the wait"
+    )
 
-    return jax.process_index()
 
-
-def _client() -> Any:
-    """jax.distributed's client (the only barrier with a timeout; JAX keeps it private)."""
-    return distributed_client()
-
-
-def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> None:
+def barrier(name: str, *, path: str = "") -> None:
     """Wait until every process reaches the barrier ``name`` (a no-op with one process)."""
     if process_count() == 1:
         return
-    timeout_s = sync_timeout() if timeout_s is None else timeout_s
+    timeout_s = sync_timeout()
     unique = f"jaxstruct-{name}-{next(_counter)}"
-    client = _client()
+    # jax.distributed's client has the only barrier with a timeout; JAX keeps it private.
+    client = distributed_client()
     if client is None:  # pragma: no cover - JAX moved it
         from jax.experimental import multihost_utils
 
@@ -109,20 +102,14 @@ def barrier(name: str, timeout_s: float | None = None, *, path: str = "") -> Non
     except Exception as err:
         missing = _missing(client, f"{unique}/arrived/")
         who = f"process(es) {missing} did not arrive" if missing else "not every process arrived"
-        raise SerializationError(
-            f"{name}{_where(path)}: {who} within {timeout_s:g} s (process "
-            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
-            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
-        ) from err
+        raise _timed_out(name, path, who, timeout_s, err) from err
 
 
-def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = "") -> str:
-    """Return process 0's ``value`` in every process (``value`` itself with one process)."""
-    if process_count() == 1:
-        return value
-    timeout_s = sync_timeout() if timeout_s is None else timeout_s
+def _from_primary(name: str, value: str, path: str, late: str) -> str:
+    """Process 0's ``value``, which it publishes and every other process waits for."""
+    timeout_s = sync_timeout()
     unique = f"jaxstruct-{name}-{next(_counter)}"
-    client = _client()
+    client = distributed_client()
     if client is None:  # pragma: no cover - JAX moved it
         raise SerializationError(
             f"{name}: jax.distributed's client was not found, so the processes cannot agree"
@@ -133,37 +120,23 @@ def agree(name: str, value: str, timeout_s: float | None = None, *, path: str = 
     try:
         return str(client.blocking_key_value_get(unique, int(timeout_s * 1000)))
     except Exception as err:
-        raise SerializationError(
-            f"{name}{_where(path)}: process 0 did not arrive within {timeout_s:g} s (process "
-            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
-            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
-        ) from err
+        raise _timed_out(name, path, f"process 0 {late}", timeout_s, err) from err
 
 
-def share_outcome(
-    name: str, error: BaseException | None, timeout_s: float | None = None, *, path: str = ""
-) -> None:
+def agree(name: str, value: str, *, path: str = "") -> str:
+    """Return process 0's ``value`` in every process (``value`` itself with one process)."""
+    return value if process_count() == 1 else _from_primary(name, value, path, "did not arrive")
+
+
+def share_outcome(name: str, error: BaseException | None, *, path: str = "") -> None:
     """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere."""
     if process_count() == 1:
         return
-    timeout_s = sync_timeout() if timeout_s is None else timeout_s
-    unique = f"jaxstruct-{name}-{next(_counter)}"
-    client = _client()
-    if client is None:  # pragma: no cover - JAX moved it
-        barrier(name, timeout_s, path=path)
+    if distributed_client() is None:  # pragma: no cover - JAX moved it
+        barrier(name, path=path)
         return
-    if is_primary():
-        word = "" if error is None else f"{type(error).__name__}\n{error}"
-        client.key_value_set(unique, word or "ok")
-        return
-    try:
-        word = client.blocking_key_value_get(unique, int(timeout_s * 1000))
-    except Exception as err:
-        raise SerializationError(
-            f"{name}{_where(path)}: process 0 did not finish within {timeout_s:g} s (process "
-            f"{_process_index()} waited; {type(err).__name__}: {err}). Every process must "
-            f"call export()/load() together; {SYNC_TIMEOUT_ENV} sets the wait"
-        ) from err
+    word = "ok" if error is None else f"{type(error).__name__}\n{error}"
+    word = _from_primary(name, word, path, "did not finish")
     if word == "ok":
         return
     kind, _, message = word.partition("\n")
@@ -211,13 +184,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 def _distributed() -> Any:
     """jax.distributed's state when it is initialised with several processes, else ``None``."""
-    if "jax" not in sys.modules:
-        return None
-    import jax
-
-    if jax.process_count() == 1:
-        return None
-    return distributed_state()
+    return None if process_count() == 1 else distributed_state()
 
 
 class PreemptionWatch:
@@ -230,6 +197,7 @@ class PreemptionWatch:
         self._previous: Any = None
         self._installed = False
         state = _distributed()
+        self._distributed = state is not None
         if state is not None:
             if getattr(state, "preemption_sync_manager", None) is None:
                 raise SerializationError(
@@ -237,9 +205,7 @@ class PreemptionWatch:
                     "preemption service, which is off; leave jax_enable_preemption_service "
                     "on (the default) before jax.distributed.initialize()"
                 )
-            self._distributed = True
             return
-        self._distributed = False
         if threading.current_thread() is not threading.main_thread():
             raise SerializationError(
                 f"{what}: save_on_preemption=True installs a SIGTERM handler, which Python "
@@ -251,15 +217,12 @@ class PreemptionWatch:
 
     def _handle(self, signum: int, frame: Any) -> None:
         previous = self._previous
-        if os.getpid() == self._pid:
+        child = os.getpid() != self._pid  # a forked child: as if this handler were not there
+        if not child:
             self._noticed = True
-            if callable(previous):
-                previous(signum, frame)
-            return
-        # A forked child: behave as if this handler were not there.
         if callable(previous):
             previous(signum, frame)
-        elif previous != signal.SIG_IGN:
+        elif child and previous != signal.SIG_IGN:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 

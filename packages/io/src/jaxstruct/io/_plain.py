@@ -1,9 +1,4 @@
-"""Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path.
-
-Everything but the array values comes from ``target=``; a tensor name passes
-through ``rename=`` and meets the leaf of that :func:`join_path` name. Every
-unmatched tensor and leaf is named in one error; nothing is imported or run.
-"""
+"""Checkpoints without a jaxstruct manifest: tensors matched to a target's leaves by tree path."""
 
 from __future__ import annotations
 
@@ -22,27 +17,16 @@ Rename = Mapping[str, str] | Callable[[str], "str | None"]
 _SHOWN = 20  # names listed in an error, per kind
 
 
-def path_step(step: object) -> str:
-    """One step of a tree path as text, escaped as :func:`escape_step` does.
-
-    A dict key ``"a.b"`` and the nested keys ``"a"``, ``"b"`` get different
-    names (``a%2Eb`` and ``a.b``).
-
-    Example:
-        >>> path_step("w"), path_step(3), path_step("v1.2/x")
-        ('w', '3', 'v1%2E2%2Fx')
-    """
-    return escape_step(str(step))
-
-
 def join_path(steps: Iterable[object]) -> str:
-    """The name of a tree path: its escaped steps (:func:`path_step`) joined by ``.``.
+    """The name of a tree path: its steps joined by ``.``, each escaped (``%`` as ``%25``,
+    ``.`` as ``%2E``, ``/`` as ``%2F``), so a dict key ``"a.b"`` and the nested keys
+    ``"a"``, ``"b"`` get different names (``a%2Eb`` and ``a.b``).
 
     Example:
-        >>> join_path(["params", "layers", 0, "w"])
-        'params.layers.0.w'
+        >>> join_path(["params", "layers", 0, "w"]), join_path(["v1.2/x"])
+        ('params.layers.0.w', 'v1%2E2%2Fx')
     """
-    return ".".join(path_step(s) for s in steps)
+    return ".".join(escape_step(str(step)) for step in steps)
 
 
 def _key_step(entry: Any) -> object:
@@ -51,16 +35,6 @@ def _key_step(entry: Any) -> object:
         if hasattr(entry, attr):
             return getattr(entry, attr)
     return str(entry)  # pragma: no cover - a key type JAX may add later
-
-
-def _is_array(leaf: Any) -> bool:
-    return hasattr(leaf, "shape") and hasattr(leaf, "dtype")
-
-
-def _placement(leaf: Any) -> Any:
-    if isinstance(leaf, np.ndarray):
-        return None
-    return getattr(leaf, "sharding", None)
 
 
 def _renamer(rename: Rename | None, where: str) -> Callable[[str], str | None]:
@@ -139,7 +113,7 @@ def load_plain(
     flat, treedef = jax.tree_util.tree_flatten_with_path(target)
     leaf_of: dict[str, int] = {}
     for i, (path, leaf) in enumerate(flat):
-        if _is_array(leaf):
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             leaf_of[join_path(_key_step(e) for e in path)] = i
     wanted_leaves = set(leaf_of.values())
     if select is not None:
@@ -187,7 +161,7 @@ def load_plain(
                 f"{where}: the tensor {name!r} is {spec.dtype} {tuple(spec.shape)}, but the "
                 f"target leaf {leaf_name!r} is {leaf.dtype} {tuple(leaf.shape)}"
             )
-        wanted[name] = _placement(leaf)
+        wanted[name] = None if isinstance(leaf, np.ndarray) else getattr(leaf, "sharding", None)
     table = {name: tensors[name] for name in wanted}
     arrays = opened.read_arrays(table, wanted)
     leaves = [

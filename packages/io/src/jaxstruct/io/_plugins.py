@@ -1,8 +1,4 @@
-"""Plugins: collected with pluggy (entry points, block and allow lists), checked, tabled.
-
-The table says who provides which format or codec name, the clashes, and each
-plugin's state.
-"""
+"""Plugins collected with pluggy, checked, and tabled: who provides which name, and clashes."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -49,18 +45,11 @@ def native_reason(cls: type) -> str | None:
     from jaxstruct.registry import is_registered_pytree_type
 
     native = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
-    if cls in native or cls is np.ndarray or issubclass(cls, np.generic):
+    paths = (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath)
+    if cls in native or cls in paths or cls is np.ndarray or issubclass(cls, np.generic):
         return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, enum.Enum):
         return "enum members are stored natively (by class and member name)"
-    paths: tuple[type, ...] = (
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
-    if cls in paths:
-        return f"{cls.__qualname__} values are stored natively"
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return "namedtuples are stored natively (by class and fields)"
     jax = sys.modules.get("jax")
@@ -116,18 +105,8 @@ def claimed_by_broken(item: Any, kind: str) -> list[Key]:
     return keys
 
 
-def impl_markers(function: Any) -> list[str]:
-    """The projects whose pluggy hookimpl marker ``function`` carries (``<project>_impl``)."""
-    found = []
-    for attr, value in getattr(function, "__dict__", {}).items():
-        if attr.endswith("_impl") and isinstance(value, dict):
-            found.append(attr[: -len("_impl")])
-    return sorted(found)
-
-
 def check_hooks(plugin: Any) -> str | None:
     """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker."""
-    who = "it"
     hooks = ", ".join(HOOK_NAMES)
     for name in dir(plugin):
         try:
@@ -136,13 +115,18 @@ def check_hooks(plugin: Any) -> str | None:
             continue
         if not inspect.isroutine(function):
             continue
-        markers = impl_markers(function)
+        # The projects whose pluggy hookimpl marker it carries (``<project>_impl``).
+        markers = sorted(
+            attr.removesuffix("_impl")
+            for attr, value in getattr(function, "__dict__", {}).items()
+            if attr.endswith("_impl") and isinstance(value, dict)
+        )
         if _PROJECT in markers:
             if name not in HOOK_NAMES:
                 close = difflib.get_close_matches(name, HOOK_NAMES, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 return (
-                    f"{who} implements {name!r}, which is not a jaxstruct.io hook; {hint}"
+                    f"it implements {name!r}, which is not a jaxstruct.io hook; {hint}"
                     f"rename it to one of: {hooks}"
                 )
         elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
@@ -153,7 +137,7 @@ def check_hooks(plugin: Any) -> str | None:
                 else "has no hookimpl marker"
             )
             return (
-                f"{who} defines {name!r}, which {what}, so it would never run; decorate it "
+                f"it defines {name!r}, which {what}, so it would never run; decorate it "
                 "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
             )
     return None
@@ -223,14 +207,9 @@ class Origin(NamedTuple):
 
 def claims_of(item: Format | Codec) -> list[Key]:
     """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
-    keys: list[Key]
     if isinstance(item, Format):
-        keys = [("format", item.name)]
-        keys += [("suffix", s.lower()) for s in item.suffixes]
-    else:
-        keys = [("codec", item.name)]
-        keys += [("type", cls) for cls in item.types]
-    return keys
+        return [("format", item.name), *(("suffix", s.lower()) for s in item.suffixes)]
+    return [("codec", item.name), *(("type", cls) for cls in item.types)]
 
 
 def key_text(key: Key) -> str:
@@ -250,26 +229,20 @@ class Tables:
         self.broken: dict[Key, str] = {}
         self.plugins: list[PluginInfo] = []
         self.messages: list[str] = []
-        self.formats: dict[str, Format] = {}
-        self.codecs: dict[str, Codec] = {}
-        self.by_type: dict[type, Codec] = {}
-        self.by_suffix: dict[str, Format] = {}
+        #: ``kind -> {name, suffix or class -> item}``, rebuilt from ``owners`` by refresh().
+        self.views: dict[str, dict[Any, Any]] = {}
 
     def refresh(self) -> None:
-        """Rebuild the lookup views from ``owners``."""
-        views: dict[str, dict[Any, Any]] = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
+        self.views = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
         for (kind, value), (item, _) in self.owners.items():
-            views[kind][value] = item
-        self.formats = views["format"]
-        self.codecs = views["codec"]
-        self.by_type = views["type"]
-        self.by_suffix = views["suffix"]
+            self.views[kind][value] = item
 
-    def _drop(self, item: Any, message: str) -> None:
-        """Remove every claim of ``item``, marking each conflicted with ``message``."""
-        for key in [k for k, (owner, _) in self.owners.items() if owner is item]:
+    def drop(self, item: Any) -> list[Key]:
+        """Remove every claim of ``item``; return the names it held."""
+        keys = [k for k, (owner, _) in self.owners.items() if owner is item]
+        for key in keys:
             del self.owners[key]
-            self.broken[key] = message
+        return keys
 
     def merge(self, item: Format | Codec, origin: Origin) -> list[str]:
         """Add ``item`` (already checked); return one message per clash it ran into."""
@@ -286,7 +259,8 @@ class Tables:
         if other is not None:
             message = clash(name_key, other[1], origin)
             if other[1].kind == "entrypoint":
-                self._drop(other[0], message)
+                for key in self.drop(other[0]):
+                    self.broken[key] = message
                 for key in claims:
                     self.broken.setdefault(key, message)
             return [message]
@@ -317,17 +291,17 @@ def clash(key: Key, first: Origin, second: Origin) -> str:
     return f"{key_text(key)} is registered by both {first} and {second}; {fix}"
 
 
-def plugin_info(  # noqa: PLR0917 - one call shape for every plugin kind
+def plugin_info(
     name: str,
     dist: str,
     version: str,
     state: str,
-    formats: Iterable[Format] = (),
-    codecs: Iterable[Codec] = (),
+    items: Sequence[Format | Codec] = (),
     *,
     reason: str = "",
     problems: Iterable[str] = (),
 ) -> PluginInfo:
+    formats = [f for f in items if isinstance(f, Format)]
     return PluginInfo(
         name=str(name),
         distribution=dist,
@@ -337,7 +311,7 @@ def plugin_info(  # noqa: PLR0917 - one call shape for every plugin kind
         formats=tuple(
             f"{f.name} ({', '.join(f.suffixes)})" if f.suffixes else f.name for f in formats
         ),
-        codecs=tuple(c.name for c in codecs),
+        codecs=tuple(c.name for c in items if isinstance(c, Codec)),
         problems=tuple(problems),
     )
 
@@ -353,7 +327,6 @@ ALLOW_ENV = "JAXSTRUCT_IO_LOAD_PLUGINS"
 #: a plugin declaring a newer one is failed with a message asking for an upgrade.
 PLUGIN_API_VERSION = 1
 API_ATTRIBUTE = "JAXSTRUCT_IO_PLUGIN_API"
-BUILTIN = "jaxstruct-io (built-in)"
 _BUILTIN_PLUGIN = "jaxstruct-io-builtins"
 _RUNTIME = "runtime registration: "
 _OFF_VALUES = frozenset({"", "0", "false", "no", "off"})
@@ -369,13 +342,16 @@ class PluginWarning(UserWarning):
     """A plugin was skipped (it failed, or lost a name to a clash); the rest keep working."""
 
 
-def autoload_enabled() -> bool:
-    """Whether entry-point plugins are loaded, as :data:`AUTOLOAD_ENV` says.
+class _Refused(PluginError):
+    """Why a plugin is not used (the message), and the names it would have claimed."""
 
-    Example:
-        >>> isinstance(autoload_enabled(), bool)
-        True
-    """
+    def __init__(self, reason: str, claimed: list[Key] | None = None) -> None:
+        super().__init__(reason)
+        self.claimed = claimed or []
+
+
+def autoload_enabled() -> bool:
+    """Whether entry-point plugins are loaded, as :data:`AUTOLOAD_ENV` says."""
     return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in _OFF_VALUES
 
 
@@ -402,13 +378,10 @@ class _Builtins:
 def _dist_of(entry_point: Any) -> tuple[str, str]:
     """``(distribution name, version)`` of an entry point (placeholders when unknown)."""
     dist = getattr(entry_point, "dist", None)
-    name = getattr(dist, "name", None)
-    if not name:
-        metadata = getattr(dist, "metadata", None)
-        name = metadata.get("Name") if metadata is not None else None
+    name = (
+        getattr(dist, "name", None) or f"<unknown distribution of entry point {entry_point.name!r}>"
+    )
     version = getattr(dist, "version", None)
-    if not name:
-        name = f"<unknown distribution of entry point {entry_point.name!r}>"
     return str(name), str(version) if version else ""
 
 
@@ -475,7 +448,8 @@ class PluginRegistry:
             if self._tables is None:
                 tables = self._build()
                 self._tables = tables
-                _warn(tables.messages)
+                for message in tables.messages:
+                    warnings.warn(message, PluginWarning, stacklevel=3)
             return self._tables
 
     def reload(self) -> None:
@@ -493,21 +467,17 @@ class PluginRegistry:
 
     def _build(self) -> Tables:
         tables = Tables()
-        builtins = self.manager.get_plugin(_BUILTIN_PLUGIN)
-        origin = Origin(_BUILTIN_PLUGIN, BUILTIN, "builtin")
-        formats, codecs, error = self._items(builtins)
-        if error is not None:  # pragma: no cover - the built-ins never fail
-            raise PluginError(f"the built-in formats failed: {error}")
-        for item in (*formats, *codecs):
+        origin = Origin(_BUILTIN_PLUGIN, "jaxstruct-io (built-in)", "builtin")
+        items = self._items(self.manager.get_plugin(_BUILTIN_PLUGIN))  # the built-ins never fail
+        for item in items:
             tables.merge(item, origin)
         tables.plugins.append(
-            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", formats, codecs)
+            plugin_info(_BUILTIN_PLUGIN, "jaxstruct-io", _own_version(), "loaded", items)
         )
         if self.autoload:
             self._load_entry_points(tables)
         for item, origin in self._runtime:
-            problems = tables.merge(item, origin)
-            tables.messages += problems
+            tables.messages += tables.merge(item, origin)
         tables.refresh()
         return tables
 
@@ -540,73 +510,64 @@ class PluginRegistry:
                     plugin_info(ep.name, dist, version, "disabled", reason=disabled)
                 )
                 continue
-            reason, formats, codecs, claimed = self._load_one(ep, origin)
-            if reason is not None:
+            try:
+                items = self._load_one(ep)
+            except _Refused as refused:
+                reason = str(refused)
                 message = f"{origin} failed and is not used: {reason}"
                 tables.messages.append(message)
                 tables.plugins.append(plugin_info(ep.name, dist, version, "failed", reason=reason))
-                for key in claimed:
+                for key in refused.claimed:
                     if key not in tables.owners and key not in tables.broken:
                         tables.broken[key] = message
                 continue
             problems: list[str] = []
-            for item in (*formats, *codecs):
+            for item in items:
                 problems += tables.merge(item, origin)
             tables.messages += problems
             tables.plugins.append(
-                plugin_info(ep.name, dist, version, "loaded", formats, codecs, problems=problems)
+                plugin_info(ep.name, dist, version, "loaded", items, problems=problems)
             )
 
-    def _load_one(
-        self, ep: Any, origin: Origin
-    ) -> tuple[str | None, list[Format], list[Codec], list[Key]]:
-        """Import and register one entry point; ``(why it failed, formats, codecs, claims)``."""
+    def _load_one(self, ep: Any) -> list[Format | Codec]:
+        """Import and register one entry point; its formats and codecs, or :class:`_Refused`."""
         try:
             plugin = ep.load()
         except Exception as err:
-            return f"importing it failed ({type(err).__name__}: {err})", [], [], []
+            raise _Refused(f"importing it failed ({type(err).__name__}: {err})") from None
         declared = getattr(plugin, API_ATTRIBUTE, None)
         if declared is not None and (
             type(declared) is not int or not 1 <= declared <= PLUGIN_API_VERSION
         ):
-            return (
+            raise _Refused(
                 f"it declares {API_ATTRIBUTE} = {declared!r}, and this jaxstruct-io provides "
-                f"plugin interface version {PLUGIN_API_VERSION}; upgrade jaxstruct-io",
-                [],
-                [],
-                [],
+                f"plugin interface version {PLUGIN_API_VERSION}; upgrade jaxstruct-io"
             )
         name = f"entrypoint:{ep.name}"
         if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
-            return (
+            raise _Refused(
                 f"it is registered twice (another entry point named {ep.name!r}, or the same "
-                "object under another name); each entry point name must be unique",
-                [],
-                [],
-                [],
+                "object under another name); each entry point name must be unique"
             )
         problem = check_hooks(plugin)
         if problem is not None:
-            return problem, [], [], []
+            raise _Refused(problem)
         try:
             self.manager.register(plugin, name=name)
         except pluggy.PluginValidationError as err:
-            return (
+            raise _Refused(
                 f"a hook implementation does not fit its hook specification ({err}); its "
-                "arguments must be named as in jaxstruct.io.hookspecs (or taken away)",
-                [],
-                [],
-                [],
-            )
-        formats, codecs, error = self._items(plugin)
-        if error is not None:
+                "arguments must be named as in jaxstruct.io.hookspecs (or taken away)"
+            ) from None
+        try:
+            return self._items(plugin)
+        except _Refused:
             self.manager.unregister(name=name)
-            return error[0], [], [], error[1]
-        return None, formats, codecs, []
+            raise
 
-    def _items(self, plugin: Any) -> tuple[list[Format], list[Codec], tuple[str, list[Key]] | None]:
-        """Call a registered plugin's hooks; ``(formats, codecs, (error, claimed names))``."""
-        found: dict[str, list[Any]] = {"format": [], "codec": []}
+    def _items(self, plugin: Any) -> list[Format | Codec]:
+        """Call a registered plugin's hooks; its formats, then codecs, or :class:`_Refused`."""
+        found: list[Format | Codec] = []
         for hook, kind in (
             (self.manager.hook.jaxstruct_register_formats, "format"),
             (self.manager.hook.jaxstruct_register_codecs, "codec"),
@@ -617,14 +578,14 @@ class PluginRegistry:
                 try:
                     items = list(cast("Iterable[Any]", impl.function() or ()))
                 except Exception as err:
-                    return [], [], (f"its {kind} hook raised {type(err).__name__}: {err}", [])
+                    raise _Refused(f"its {kind} hook raised {type(err).__name__}: {err}") from None
                 for item in items:
                     problem = check_item(item, kind)
                     if problem is not None:
                         claimed = [k for it in items for k in claimed_by_broken(it, kind)]
-                        return [], [], (problem, claimed)
-                found[kind] += items
-        return found["format"], found["codec"], None
+                        raise _Refused(problem, claimed)
+                found += items
+        return found
 
     def _register_single(self, item: Format | Codec, what: str) -> None:
         kind = "format" if isinstance(item, Format) else "codec"
@@ -640,8 +601,7 @@ class PluginRegistry:
             if previous is not None and previous[1] == origin:
                 # The same register_*() call site running again (a re-run notebook
                 # cell) replaces its earlier registration instead of clashing.
-                for key in [k for k, (owner, _) in tables.owners.items() if owner is previous[0]]:
-                    del tables.owners[key]
+                tables.drop(previous[0])
                 self._runtime = [(i, o) for i, o in self._runtime if i is not previous[0]]
             for key in claims:
                 if key in tables.broken:
@@ -665,25 +625,24 @@ class PluginRegistry:
     @property
     def formats(self) -> dict[str, Format]:
         """Every usable registered format by name (conflicted and failed ones left out)."""
-        return dict(self._ensure().formats)
+        return dict(self._ensure().views["format"])
 
     @property
     def codecs(self) -> dict[str, Codec]:
         """Every usable registered codec by name (conflicted and failed ones left out)."""
-        return dict(self._ensure().codecs)
+        return dict(self._ensure().views["codec"])
 
     @property
     def suffixes(self) -> dict[str, Format]:
         """The format each claimed suffix selects on export (lower case, with the dot)."""
-        return dict(self._ensure().by_suffix)
+        return dict(self._ensure().views["suffix"])
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones."""
         tables = self._ensure()
         out = list(tables.plugins)
         for item, origin in self._runtime:
-            formats, codecs = ([item], []) if isinstance(item, Format) else ([], [item])
-            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", formats, codecs))
+            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", [item]))
         return out
 
     def source_of(self, kind: str, name: str) -> str:
@@ -725,7 +684,7 @@ class PluginRegistry:
             PluginError: two plugins' codecs handle ``cls``.
         """
         tables = self._ensure()
-        codec = tables.by_type.get(cls)
+        codec = tables.views["type"].get(cls)
         if codec is not None:
             return codec
         return self._lookup(("type", cls)) if tables.broken else None
@@ -756,11 +715,6 @@ class PluginRegistry:
             names = ", ".join(repr(p.name) for p in disabled[:5])
             parts.append(f"disabled plugins that may provide it: {names}")
         return "; ".join(parts)
-
-
-def _warn(messages: list[str]) -> None:
-    for message in messages:
-        warnings.warn(message, PluginWarning, stacklevel=4)
 
 
 _registry: PluginRegistry | None = None

@@ -11,7 +11,7 @@ from jaxstruct.registry import SerializationError
 from ._decode import Resolver, decode_state
 from ._encode import encode_state
 from ._formats import host_array
-from ._schema import Limits, check_arrays_table, check_version, limits_from_kwargs
+from ._schema import check_arrays_table, check_version, limits_from_kwargs
 
 _KEYS = {"version", "manifest", "arrays", "array_data"}
 
@@ -49,25 +49,6 @@ def to_state_dict(obj: Any) -> dict[str, Any]:
             except SerializationError as err:
                 raise SerializationError(f"to_state_dict(): {err}") from None
     return state
-
-
-def restore(
-    payload: Mapping[str, Any],
-    arrays: Mapping[str, np.ndarray],
-    *,
-    resolver: Resolver,
-    limits: Limits,
-    source: str,
-) -> Any:
-    """Decode a payload whose arrays have been checked against its table."""
-    return decode_state(
-        payload["manifest"],
-        payload["arrays"],
-        arrays,
-        resolver=resolver,
-        limits=limits,
-        source=source,
-    )
 
 
 def from_state_dict(

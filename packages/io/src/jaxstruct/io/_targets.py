@@ -11,7 +11,7 @@ import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
-from ._values import is_struct_class, struct_fields
+from ._values import flatten_named, is_struct_class, struct_fields
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
 SpecEntry = None | str | tuple[str, ...]
@@ -167,9 +167,7 @@ def _leaf_placement(
                 f"{where}: the target at {path} has shape {tuple(target.shape)}, but the stored "
                 f"array has shape {shape}; fix the target, or give None there to load as stored"
             )
-        if isinstance(target, np.ndarray):
-            return None
-        return getattr(target, "sharding", None)
+        return None if isinstance(target, np.ndarray) else getattr(target, "sharding", None)
     raise SerializationError(
         f"{where}: the target at {path} is a {_describe(target)}, but an array is stored "
         "there; give a jax.Array, a jax.ShapeDtypeStruct or None"
@@ -178,69 +176,56 @@ def _leaf_placement(
 
 def _children_of(
     target: Any, node: list[Any], nodes: list[Any], path: str, where: str
-) -> list[tuple[Any, str]]:
-    """Pair each child index of ``node`` with the part of ``target`` that should match it."""
+) -> list[tuple[Any, Any, str]]:
+    """``(child index, the part of target that should match it, its path)`` per child."""
     tag = node[0]
-    kids: list[Any]
     if tag in _SEQUENCE_TAGS:
         kids = node[2] if tag == "namedtuple" else node[1]
-        if target is None:
-            return [(None, f"{path}[{i}]") for i in range(len(kids))]
         if tag in ("set", "frozenset"):
             # Sets hold no arrays (arrays are not hashable): nothing to place inside.
-            return [(None, f"{path}[{i}]") for i in range(len(kids))]
+            return [(kid, None, f"{path}[{i}]") for i, kid in enumerate(kids)]
         if not isinstance(target, list | tuple) or len(target) != len(kids):
             raise SerializationError(
                 f"{where}: the target at {path} is {_describe(target)}"
                 f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
                 f"a {tag} of length {len(kids)} is stored there"
             )
-        return [(t, f"{path}[{i}]") for i, t in enumerate(target)]
+        return [(kid, target[i], f"{path}[{i}]") for i, kid in enumerate(kids)]
     if tag == "dict":
-        items = node[1]
-        pairs: list[tuple[Any, str]] = []
-        if target is not None and not isinstance(target, Mapping):
+        if not isinstance(target, Mapping):
             raise SerializationError(
                 f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
             )
+        items = node[1]
+        pairs: list[tuple[Any, Any, str]] = []
         for i in range(0, len(items), 2):
             key = _scalar_key(nodes[items[i]])
-            pairs.append((None, f"{path}.<key {i // 2}>"))
-            if target is None:
-                pairs.append((None, f"{path}[{key!r}]"))
-                continue
             if key is _UNMATCHABLE or key not in target:
                 raise SerializationError(
                     f"{where}: the stored dict at {path} has key {key!r}, which the target "
                     "lacks; add it to the target (None places it as stored)"
                 )
-            pairs.append((target[key], f"{path}[{key!r}]"))
+            pairs.append((items[i], None, f"{path}.<key {i // 2}>"))
+            pairs.append((items[i + 1], target[key], f"{path}[{key!r}]"))
         return pairs
     if tag == "struct":
-        fields = node[3]
-        if target is None:
-            return [(None, f"{path}.{name}") for name in fields]
-        out = []
-        for name in fields:
+        fields = []
+        for name, kid in node[3].items():
             if not is_struct_class(type(target)) and not hasattr(target, name):
                 raise SerializationError(
                     f"{where}: the target at {path} is {_describe(target)}, but a struct with "
                     f"field {name!r} is stored there"
                 )
             try:
-                out.append((getattr(target, name), f"{path}.{name}"))
+                fields.append((kid, getattr(target, name), f"{path}.{name}"))
             except AttributeError:
                 raise SerializationError(
                     f"{where}: the stored struct at {path} has field {name!r}, which the target "
                     f"{_describe(target)} lacks"
                 ) from None
-        return out
+        return fields
     if tag == "pytree":
         children = node[4]
-        if target is None:
-            return [(None, f"{path}.<payload>")] + [
-                (None, f"{path}.<child {i}>") for i in range(len(children))
-            ]
         try:
             aux, flat = _pytree_parts(target, node[2])
         except Exception:
@@ -253,37 +238,21 @@ def _children_of(
                 f"{where}: the target at {path} has {len(flat)} children, but "
                 f"{len(children)} are stored there"
             )
-        labels = [(aux, f"{path}.<payload>")]
-        return labels + [(t, f"{path}.<child {i}>") for i, t in enumerate(flat)]
+        return [(node[3], aux, f"{path}.<payload>")] + [
+            (kid, flat[i], f"{path}.<child {i}>") for i, kid in enumerate(children)
+        ]
     if tag == "codec":
-        return [(None, f"{path}.<{node[1]}>")]
-    return []
-
-
-def _child_indices(node: list[Any]) -> list[Any]:
-    tag = node[0]
-    if tag in _SEQUENCE_TAGS:
-        return list(node[2] if tag == "namedtuple" else node[1])
-    if tag == "dict":
-        return list(node[1])
-    if tag == "struct":
-        return list(node[3].values())
-    if tag == "pytree":
-        return [node[3], *node[4]]
-    if tag == "codec":
-        return [node[2]]
+        return [(node[2], None, f"{path}.<{node[1]}>")]
     return []
 
 
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
     """``(aux data or None, children)`` of a pytree value, as its stored node lists them."""
     if mode == "j":  # registered with JAX only: its own flatten, one level
-        from ._values import flatten_node
-
-        flat = flatten_node(target)
+        flat = flatten_named(target)
         if flat is None:
             raise TypeError("not a pytree node")
-        return flat[1], list(flat[0])
+        return flat[1], flat[0]
     from jaxstruct.registry import resolve_pytree_spec
 
     children, aux = resolve_pytree_spec(type(target)).flatten(target)
@@ -297,31 +266,25 @@ def _ref_of(cls: type) -> str | None:
         return None
 
 
-def _is_abstract(value: Any) -> bool:
-    import jax
-
-    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value))
-
-
 def _unstored_values(target: Any) -> dict[str, Any]:
     """The target struct's values of the fields its class does not store (none abstract)."""
+    import jax
+
     out = {}
     for spec in struct_fields(type(target)):
         if spec.should_serialize or spec.is_derived:
             continue
         value = getattr(target, spec.name)
-        if not _is_abstract(value):
+        if not any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value)):
             out[spec.name] = value
     return out
 
 
 def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
     """Record the class (and unstored fields) ``sub`` vouches for at node ``index``."""
-    ref = node[1] if len(node) > 1 else None
-    if not isinstance(ref, str) or sub is None:
-        return
     cls = type(sub)
-    if _ref_of(cls) != ref:
+    ref = node[1] if len(node) > 1 else None
+    if not isinstance(ref, str) or _ref_of(cls) != ref:
         return
     match.classes[index] = cls
     if node[0] == "struct" and is_struct_class(cls):
@@ -365,8 +328,7 @@ def match_target(
                 continue
             if node[0] in _CLASS_TAGS:
                 _vouch(match, index, node, sub)
-            pairs = _children_of(sub, node, nodes, path, where)
-            kids = _child_indices(node)
+            kids = _children_of(sub, node, nodes, path, where)
         except (IndexError, TypeError, AttributeError, KeyError):
             continue  # malformed: the decoder names it
         except SerializationError:
@@ -374,9 +336,7 @@ def match_target(
                 raise
             continue  # aux data the target holds otherwise: it vouches for nothing there
         lenient = node[0] == "pytree" and len(node) > 2 and node[2] != "s"
-        if len(pairs) != len(kids):
-            continue
-        for n, (child, (t, child_path)) in enumerate(zip(kids, pairs, strict=True)):
+        for n, (child, part, child_path) in enumerate(kids):
             if type(child) is int and 0 <= child < index:
-                stack.append((child, t, child_path, strict and not (lenient and n == 0)))
+                stack.append((child, part, child_path, strict and not (lenient and n == 0)))
     return match

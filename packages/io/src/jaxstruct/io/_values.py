@@ -1,10 +1,4 @@
-"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes.
-
-``jaxstruct.core`` is imported lazily (it imports this package lazily too). A
-foreign pytree class is stored by reference and rebuilt by its own registered
-unflatten only when vouched for by the target, ``load_cls`` or ``allow_imports``,
-or already registered by a module this process imported (never imported).
-"""
+"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes."""
 
 from __future__ import annotations
 
@@ -86,31 +80,14 @@ def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
     return js.build(cls, values)
 
 
-def flatten_node(value: Any) -> tuple[list[Any], Any] | None:
-    """``(children, aux data)`` of a JAX pytree node, or ``None`` for a JAX leaf."""
-    import jax
-
-    children, treedef = jax.tree_util.tree_flatten(value, is_leaf=lambda x: x is not value)
-    data = treedef.node_data()  # None for a leaf (a node without children is no leaf)
-    if data is None:
-        return None
-    node_type, aux = data
-    if node_type is not type(value):
-        return None  # a subclass JAX flattens as its registered base: not this class
-    return children, aux
-
-
 def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:
-    """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf.
-
-    The names are the steps JAX's key paths give the children (an attribute's or
-    a key's name, a position); ``None`` when every step is a position anyway.
-    """
+    """``(children, aux data, child names)`` of a JAX pytree node, or ``None`` for a leaf; the
+    names are its children's key-path steps, ``None`` when every step is a position anyway."""
     import jax
 
     keyed, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
-    data = treedef.node_data()
-    if data is None or data[0] is not type(value):
+    data = treedef.node_data()  # None for a leaf (a node without children is no leaf)
+    if data is None or data[0] is not type(value):  # a subclass flattened as its base
         return None
     named = False
     names = []
