@@ -34,10 +34,12 @@ os.environ["XLA_FLAGS"] = (
 
 import argparse
 import gc
+import importlib
 import json
 import statistics
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,9 +54,19 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 HERE = Path(__file__).resolve()
-# The tests' moto launcher: the same server, port choice and throwaway credentials.
-sys.path.insert(0, str(HERE.parent.parent / "tests" / "orbax"))
-import _s3  # noqa: E402
+
+
+def _test_servers() -> Any:
+    """The tests' moto launcher (``tests/orbax/_s3.py``): the same server, port choice and
+    throwaway credentials. Its folder is no package, and its modules import each other
+    relatively, so it is loaded here as a namespace package of its own."""
+    package = types.ModuleType("_jaxstruct_test_servers")
+    package.__path__ = [str(HERE.parent.parent / "tests" / "orbax")]
+    sys.modules.setdefault(package.__name__, package)
+    return importlib.import_module(f"{package.__name__}._s3")
+
+
+_s3 = _test_servers()
 
 MiB = 1 << 20
 COLS = 4096

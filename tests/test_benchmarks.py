@@ -175,6 +175,25 @@ def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
     assert all(row.rstrip(" |").endswith(("met", "MISSED")) for row in rows[1:]), rows
 
 
+def test_object_store_benchmark_starts_the_tests_server_and_reports_every_row() -> None:
+    """A tiny run of bench_object_store.py starts the tests' moto server (its launcher is
+    imported from tests/orbax) and prints save and restore time and peak for both sides."""
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_object_store.py"), "--mib=8", "--rounds=1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows[2:] == [
+        "save time",
+        "save peak growth (worst)",
+        "restore time",
+        "restore peak growth (worst)",
+    ], out
+
+
 def test_chain_target_divides_the_chain_ratio_by_one_links() -> None:
     """The chain target checks depth alone: chain ratio over one link's, same classes."""
     code = (
