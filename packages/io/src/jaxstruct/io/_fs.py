@@ -1,13 +1,4 @@
-"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish.
-
-A checkpoint is written in full to a temporary sibling
-``.<name>.jaxstruct-tmp-<host>-<pid>-<random>``, fsynced, and moved into place
-with ``renameat2`` (``RENAME_NOREPLACE``, or ``RENAME_EXCHANGE`` for an
-overwrite), or two renames where that is missing (the old checkpoint parked as
-``.<name>.jaxstruct-old-...``, found by :func:`parked`). Leftovers are judged by
-their host tag and age (:func:`host_tag`, :data:`FOREIGN_AGE_S`). Pools, locks
-and the collector's pause are reset in a forked child.
-"""
+"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish."""
 
 from __future__ import annotations
 
@@ -69,8 +60,7 @@ def _forget_in_child() -> None:
     _POOL_LOCK = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -98,8 +88,7 @@ def _reset_in_child() -> None:
             gc.enable()
 
 
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_reset_in_child)
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextlib.contextmanager
@@ -464,24 +453,19 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     try:
         if _renameat2(src, dst, _RENAME_NOREPLACE):
             return
+        if not src.is_dir():
+            os.link(src, dst)
+            os.unlink(src)
+            return
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, "target exists", str(dst))
+        os.rename(src, dst)
     except FileExistsError:
         raise
     except OSError as err:
         if err.errno in (errno.EEXIST, errno.ENOTEMPTY):
             raise FileExistsError(err.errno, "target exists", str(dst)) from None
         raise
-    if src.is_dir():
-        if os.path.lexists(dst):
-            raise FileExistsError(errno.EEXIST, "target exists", str(dst))
-        try:
-            os.rename(src, dst)
-        except OSError as err:
-            if err.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                raise FileExistsError(err.errno, "target exists", str(dst)) from None
-            raise
-    else:
-        os.link(src, dst)
-        os.unlink(src)
 
 
 def exchange(src: Path, dst: Path) -> Path:
@@ -641,24 +625,17 @@ MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two fi
 
 
 def _remove_old(old: Path) -> None:
-    """Delete a swapped-out old checkpoint (a file's swap leaves nothing at ``old``)."""
-    if not _remove_known(old):
-        remove(old)
-
-
-def _remove_known(path: Path) -> bool:
-    """Delete a checkpoint directory laid out as export writes it; return whether it is gone."""
+    """Delete a swapped-out old checkpoint: three calls for a directory laid out as export
+    writes it, else a walk (a file's swap leaves nothing at ``old``)."""
     try:
-        os.unlink(os.path.join(path, MANIFEST))
-        os.unlink(os.path.join(path, ARRAYS))
-        os.rmdir(path)
+        os.unlink(os.path.join(old, MANIFEST))
+        os.unlink(os.path.join(old, ARRAYS))
+        os.rmdir(old)
     except OSError:
-        return False
-    return True
+        remove(old)
 
 
 # Targets whose debris this process has already swept (a sweep lists the parent).
 _SWEPT: set[Path] = set()
 _SWEPT_MAX = 4096
-if hasattr(os, "register_at_fork"):  # a forked child sweeps for itself
-    os.register_at_fork(after_in_child=_SWEPT.clear)
+os.register_at_fork(after_in_child=_SWEPT.clear)  # a forked child sweeps for itself
