@@ -17,7 +17,6 @@ from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
 from ._detect import format_for_export, is_checkpoint, open_any, write_checked
 from ._encode import encode_state
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, RemoteDirectory
-from ._fs import CheckpointWriteError
 from ._plain import Rename, load_plain
 from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
 from ._targets import match_target, mesh_placements
@@ -82,15 +81,6 @@ def _replaces_at_urls(fmt: Format) -> bool:
     )
 
 
-def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
-    return CheckpointWriteError(
-        err.errno,
-        f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
-        "nothing was replaced and any previous checkpoint there is intact. Free disk "
-        "space or fix the permissions, then export again",
-    )
-
-
 def _replaces(target: Any, overwrite: bool) -> bool:
     return overwrite and (isinstance(target, str) or os.path.lexists(target))
 
@@ -117,7 +107,7 @@ def _replace_atomically(
             _fs.fsync_dir(target.parent)
             _fs.step("published")
         except BaseException as err:
-            error = _disk_error(target, err) if isinstance(err, OSError) else err
+            error = _fs.write_error(target, err) if isinstance(err, OSError) else err
         finally:
             _fs.remove(old if old is not None else tmp)
     elif primary:
@@ -153,7 +143,7 @@ def _write_collectively(
             if not check:
                 raise
             return err
-        error = _disk_error(target, err)
+        error = _fs.write_error(target, err)
         error.__cause__ = err
         if not check:
             raise error from err
@@ -249,8 +239,7 @@ def _write_everywhere(
                 target,
                 lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
                 overwrite=overwrite,
-                is_ours=_is_ours(fmt),
-                what=f"{fmt.name} checkpoint",
+                check_existing=lambda: _check_existing(target, fmt, overwrite),
                 checked=checked,
             )
         except BaseException as err:

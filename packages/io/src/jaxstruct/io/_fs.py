@@ -513,33 +513,30 @@ def _make_parents(directory: Path) -> None:
         fsync_dir(path.parent)
 
 
+def write_error(target: Any, err: OSError) -> CheckpointWriteError:
+    """The error for a disk failure while writing the checkpoint ``target``."""
+    return CheckpointWriteError(
+        err.errno,
+        f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
+        "nothing was replaced and any previous checkpoint there is intact. Free disk "
+        "space or fix the permissions, then export again",
+    )
+
+
 def publish(
     target: Path,
     write: Callable[[Path], None],
     *,
     overwrite: bool,
-    is_ours: Callable[[Path], bool],
-    what: str = "checkpoint",
+    check_existing: Callable[[], bool],
     checked: bool = False,
 ) -> None:
-    """Create a checkpoint at ``target`` so that a crash never loses the one already there."""
+    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
 
-    def refuse_existing() -> None:
-        if not overwrite:
-            raise FileExistsError(
-                f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
-                "another path"
-            )
-        if not is_ours(target):
-            raise SerializationError(
-                f"{str(target)!r} exists and is not a jaxstruct {what}; "
-                "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
-                "another path"
-            )
-
-    exists = os.path.lexists(target)
-    if exists and not checked:
-        refuse_existing()
+    ``check_existing`` refuses an existing ``target`` that may not be replaced and
+    returns whether one exists; ``checked``: the caller has already called it.
+    """
+    exists = os.path.lexists(target) if checked else check_existing()
     checked = exists
     if not exists:
         _make_parents(target.parent)
@@ -551,31 +548,20 @@ def publish(
             if len(_SWEPT) >= _SWEPT_MAX:
                 _SWEPT.clear()
             _SWEPT.add(target)
-    if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
-        refuse_existing()
-        checked = True
+    if not checked:  # a parked checkpoint may have been recovered
+        checked = check_existing()
     tmp = temp_sibling(target)
     old: Path | None = None
     try:
         try:
             write(tmp)
-            if not os.path.lexists(tmp):
-                raise SerializationError(
-                    f"{str(target)!r}: writing the {what} returned without creating it; "
-                    "nothing was replaced"
-                )
         except OSError as err:
-            raise CheckpointWriteError(
-                err.errno,
-                f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
-                "nothing was replaced and any previous checkpoint there is intact. Free disk "
-                "space or fix the permissions, then export again",
-            ) from err
+            raise write_error(target, err) from err
         step("written")
         while True:
             if os.path.lexists(target):
                 if not checked:
-                    refuse_existing()  # someone else created it during this export
+                    check_existing()  # someone else created it during this export
                 try:
                     old = exchange(tmp, target)
                     break
