@@ -32,17 +32,22 @@ def is_url(path: str) -> bool:
     return _URL.match(path) is not None
 
 
+def local_paths_only(where: str, fmt: Format) -> SerializationError:
+    """The refusal of a URL by a format that writes local paths only."""
+    return SerializationError(
+        f"{where}: the {fmt.name!r} format writes local paths only (nothing was written); use "
+        'format="orbax" (pip install jaxstruct-orbax) for remote storage, or give a local (or '
+        "mounted) path"
+    )
+
+
 def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -> Any:
     text = os.fspath(path)
     if not isinstance(text, str):
         raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
     if is_url(text):
         if fmt is not None and not fmt.remote_paths:
-            raise SerializationError(
-                f"{text!r} is a URL, and the {fmt.name!r} format writes local paths only (nothing "
-                'was written); use format="orbax" (pip install jaxstruct-orbax) for remote '
-                "storage, or give a local path"
-            )
+            raise local_paths_only(repr(text), fmt)
         return text
     return Path(text).absolute()
 
