@@ -177,33 +177,7 @@ class ZipFormat(Format):
     ) -> None:
         members = npz_members(arrays)  # refuse what cannot be written before creating anything
         with _create(target) as handle:
-            # The manifest member is deflated unless compression="none".
-            text = _zip.Member.of(MANIFEST, [manifest], text=True)
-            method, crc, size, csize, payload = _zip.prepare_text(
-                text, "none" if compression == "none" else "deflate"
-            )
-            handle.write(_zip.local_header(MANIFEST, method, crc, size, csize))
-            for chunk in payload:
-                _write_all(handle, chunk)
-            arrays_at = handle.tell()
-            handle.write(_zip.stored_header(ARRAYS))
-            inner_size, inner_crc = _zip.write_zip(
-                handle, members, compression=compression, after_member=step
-            )
-            os.pwrite(
-                handle.fileno(), _zip.patch_stored_header(ARRAYS, inner_size, inner_crc), arrays_at
-            )
-            central = handle.tell()
-            _zip.write_outer(
-                handle,
-                [
-                    (MANIFEST, 0, method, crc, size, csize, 0),
-                    # ZIP64 fields only where a size or offset needs them (the local
-                    # header reserved them, the size being unknown when it was written).
-                    (ARRAYS, arrays_at, 0, inner_crc, inner_size, inner_size, 0),
-                ],
-                central,
-            )
+            _zip.write_outer(handle, manifest, members, compression=compression, after_member=step)
             os.fsync(handle.fileno())
         step("temp-synced")
 
@@ -287,10 +261,3 @@ def _is_our_manifest(data: bytes, fmt: Format) -> bool:
     except SerializationError:
         return False
     return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))
-
-
-def _write_all(handle: Any, data: _zip.Chunk) -> None:
-    view = memoryview(data)
-    while view.nbytes:
-        n = handle.write(view)
-        view = view[n or 0 :]
