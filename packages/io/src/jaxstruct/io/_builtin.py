@@ -18,7 +18,7 @@ from jaxstruct.registry import SerializationError
 from . import _zip
 from ._formats import Format
 from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
-from ._npz import NpzCheckpoint, read_member, write_npz
+from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
 from ._schema import Limits, check_node_budget, parse_manifest
 
@@ -99,7 +99,7 @@ class DirectoryFormat(Format):
         target.mkdir()
         step("temp-created")
         with _create(target / ARRAYS) as npz:
-            write_npz(npz, arrays, compression, step)
+            _zip.write_zip(npz, npz_members(arrays), compression=compression, after_member=step)
             step("arrays-written")
             with _create(target / MANIFEST) as man:
                 man.write(manifest)
