@@ -42,7 +42,7 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
     """Open the manifest and the arrays of the checkpoint directory ``path`` (``-1``: missing)."""
     for attempt in range(3):
         try:
-            dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+            dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise FileNotFoundError(f"{str(path)!r}: no such directory") from None
         except OSError as err:
@@ -104,7 +104,7 @@ class DirectoryFormat(Format):
             with _create(target / MANIFEST) as man:
                 man.write(manifest)
                 step("manifest-written")
-                dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                dirfd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
                 try:
                     fsync_all([npz.fileno(), man.fileno()], [dirfd])
                 finally:

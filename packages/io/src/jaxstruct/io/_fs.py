@@ -110,7 +110,8 @@ def paused() -> Iterator[None]:
                     gc.enable()
 
 
-_NOATIME = getattr(os, "O_NOATIME", 0)
+_NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
@@ -126,10 +127,7 @@ def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
 
 def open_regular(path: Path, *, follow: bool, dir_fd: int | None = None) -> tuple[int, int]:
     """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    if not follow:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+    flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW
     try:
         fd = open_noatime(path, flags, dir_fd)
     except FileNotFoundError:
@@ -313,7 +311,7 @@ def temp_sibling(target: Path, kind: str = _TMP) -> Path:
 def fsync_dir(path: Path) -> None:
     """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:  # pragma: no cover - Windows
         return
     try:
