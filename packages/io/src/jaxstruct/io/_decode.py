@@ -151,7 +151,6 @@ class _Decoder:
         self.out: list[Any] = []
         self.used = bytearray(len(nodes))
         self.arrays_used: set[str] = set()
-        self._jax_ok: bool | None = None
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
         self.codec_named: Callable[[str], Any] | None = None
 
@@ -370,10 +369,8 @@ def _weakly_typed(arr: Any) -> Any:
             out = jax.device_put(out, arr.sharding)
     else:
         out = weakly_typed(arr)  # JAX has no public constructor for these
-        if out is None:
-            return None
     # The dtype differs only if jax_enable_x64 changed since the export.
-    if out.dtype != arr.dtype or not getattr(out, "weak_type", False):
+    if out is None or out.dtype != arr.dtype or not getattr(out, "weak_type", False):
         return None
     return out
 
@@ -699,8 +696,6 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed codec node")
     name = _str(node[1], "codec name")
-    from ._plugins import current_registry
-
     registry = current_registry()
     lookup = d.codec_named or registry.codec_named
     codec = lookup(name)  # PluginError if its plugin failed or clashes
