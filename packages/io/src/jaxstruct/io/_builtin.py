@@ -1,9 +1,4 @@
-"""The two built-in formats: a directory and a zip archive holding the same two files.
-
-``manifest.json`` plus ``arrays.npz`` (``<key>.npy`` members that
-``numpy.load(..., allow_pickle=False)`` reads); the zip stores ``arrays.npz``
-uncompressed, and archives of the first release (members beside the manifest) still load.
-"""
+"""The built-in formats: a directory and a zip archive of ``manifest.json`` and ``arrays.npz``."""
 
 from __future__ import annotations
 

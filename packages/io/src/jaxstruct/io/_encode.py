@@ -1,8 +1,4 @@
-"""Turning a value into a state dict: a post-order node table plus the arrays it references.
-
-Children always come earlier in the table and the last node is the root, so
-neither writing nor reading recurses; the node tags are listed in docs/io.md.
-"""
+"""Turning a value into a state dict: a post-order node table plus the arrays it references."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Zip archives: a parallel writer (ZIP64, stored or deflated members) and a checked reader.
-
-The reader trusts nothing in the file: offsets, sizes and names are bounded,
-every member's CRC-32 is checked, and inflation is capped by the limits.
-"""
+"""Zip archives: a parallel writer (ZIP64, stored or deflated members) and a checked reader."""
 
 from __future__ import annotations
 
