@@ -207,7 +207,7 @@ def _write_everywhere(
     *,
     overwrite: bool,
     compression: str,
-    background: bool,
+    background: bool = False,
     checked: bool = False,
 ) -> PendingWrite | None:
     """Write and publish the checkpoint (in this thread); return a format's own pending write."""
@@ -388,11 +388,13 @@ def export(
             arrays,
             overwrite=overwrite,
             compression=compression,
-            background=False,
             checked=found,
         )
         return target
     handle = _async.ExportHandle(target, key)
+    write = functools.partial(
+        _write_everywhere, target, fmt, manifest, overwrite=overwrite, compression=compression
+    )
     if (
         type(fmt).write_async is Format.write_async
         or not fmt.publishes_atomically
@@ -400,28 +402,10 @@ def export(
     ):
         # The format writes synchronously: copy what the caller may change or donate
         # now, and write from those private copies in a background thread.
-        arrays = {k: _async.host_copy(v) for k, v in arrays.items()}
-        work = functools.partial(
-            _write_everywhere,
-            target,
-            fmt,
-            manifest,
-            arrays,
-            overwrite=overwrite,
-            compression=compression,
-            background=False,
-        )
+        work = functools.partial(write, {k: _async.host_copy(v) for k, v in arrays.items()})
     else:
         # The format's own asynchronous write takes its own copies before returning.
-        pending = _write_everywhere(
-            target,
-            fmt,
-            manifest,
-            arrays,
-            overwrite=overwrite,
-            compression=compression,
-            background=True,
-        )
+        pending = write(arrays, background=True)
         work = lambda: pending
     _async.register(handle)
     handle._start(work)
