@@ -41,15 +41,11 @@ def local_paths_only(where: str, fmt: Format) -> SerializationError:
     )
 
 
-def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -> Any:
+def _local_or_url(path: str | os.PathLike[str], what: str) -> Any:
     text = os.fspath(path)
     if not isinstance(text, str):
         raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
-    if is_url(text):
-        if fmt is not None and not fmt.remote_paths:
-            raise local_paths_only(repr(text), fmt)
-        return text
-    return Path(text).absolute()
+    return text if is_url(text) else Path(text)
 
 
 def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
@@ -359,7 +355,11 @@ def export(
         raise TypeError(f"blocking expected a bool, got {blocking!r}")
     text = os.fspath(path)
     fmt = format_for_export(text if isinstance(text, str) else "", format)
-    target = _local_or_url(path, fmt, "export")
+    target = _local_or_url(path, "export")
+    if isinstance(target, Path):
+        target = target.absolute()
+    elif not fmt.remote_paths:
+        raise local_paths_only(repr(target), fmt)
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
@@ -522,9 +522,7 @@ def _load(
     rename: Rename | None = None,
     format: str | None = None,
 ) -> Any:
-    where_path = _local_or_url(path, None, "load")
-    if isinstance(where_path, Path):
-        where_path = Path(os.fspath(path))
+    where_path = _local_or_url(path, "load")
     where = repr(str(where_path))
     fmt, opened, top = _open_or_parked(where_path, lim, format)
     if top is None:
