@@ -48,8 +48,6 @@ class Member:
     size: int
     chunks: Callable[[], Iterable[Chunk]]
     text: bool = False  # JSON: compress with the default strategy.
-    sample: bytes | None = None
-
     parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
 
     @classmethod
@@ -109,8 +107,6 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 
 
 def _first_sample(member: Member) -> bytes:
-    if member.sample is not None:
-        return member.sample
     if member.parts is not None:
         return _sample(member.parts)
     # The first chunk may be a short header: gather enough of the content.
