@@ -24,6 +24,7 @@ from jaxstruct.registry import (
 )
 
 from . import _fs
+from ._plugins import current_registry
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
 from ._values import flatten_named, struct_fields
 
@@ -94,14 +95,6 @@ class _Encoder:
         self.nodes: list[list[Any]] = []
         self.meta: dict[str, dict[str, Any]] = {}
         self.data: dict[str, Any] = {}  # numpy.ndarray or jax.Array, as the user holds it
-        self._codecs: Any = None
-
-    def _codec_for(self, cls: type) -> Any:
-        if self._codecs is None:
-            from ._plugins import current_registry
-
-            self._codecs = current_registry()
-        return self._codecs.codec_for_type(cls)
 
     def _array(self, arr: Any, path: _Path, tag: str) -> list[Any]:
         name = dtype_name(arr.dtype, path)
@@ -234,7 +227,7 @@ class _Encoder:
             return (lambda ch: ["namedtuple", ref, ch]), items
         if is_registered_pytree_type(cls):
             return self._pytree(value, path)
-        codec = self._codec_for(cls)
+        codec = current_registry().codec_for_type(cls)
         if codec is not None:
             try:
                 stored = codec.encode(value)
