@@ -281,9 +281,6 @@ class _Decoder:
 
     # -- handlers: (decoder, index, node) -> (value, children) ------------------
 
-    def value(self, c: int) -> Any:
-        return self.out[c]
-
     def resolve(self, i: int, ref: object, what: str) -> type:
         """The class of node ``i``, with the target's class at that place vouched for."""
         return self.resolver.resolve(ref, what, self.target.classes.get(i))
@@ -460,7 +457,7 @@ def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError(f"malformed {node[0]} node")
     kids = d.children(i, node[1])
-    return _SEQUENCES[node[0]]([d.value(c) for c in kids]), kids
+    return _SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
 
 
 def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -471,13 +468,13 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         raise _NodeError("dict node must list keys and values in pairs")
     out: dict[Any, Any] = {}
     for k, v in zip(kids[::2], kids[1::2], strict=True):
-        key = d.value(k)
+        key = d.out[k]
         try:
             if key in out:
                 raise _NodeError(f"dict key {clip(repr(key))} appears twice")
         except TypeError:
             raise _NodeError(f"dict key of type {type(key).__name__} is not hashable") from None
-        out[key] = d.value(v)
+        out[key] = d.out[v]
     return out, kids
 
 
@@ -493,7 +490,7 @@ def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]
             f"namedtuple {cls.__qualname__} has {len(cls._fields)} fields but "  # type: ignore[attr-defined]
             f"{len(kids)} were stored"
         )
-    return cls._make(d.value(c) for c in kids), kids  # type: ignore[attr-defined]
+    return cls._make(d.out[c] for c in kids), kids  # type: ignore[attr-defined]
 
 
 def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -550,7 +547,7 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if spec is None or spec.kind != "struct":
         raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a Struct class")
     kids = d.children(i, list(fields.values()))
-    values = {name: d.value(c) for name, c in zip(fields, kids, strict=True)}
+    values = {name: d.out[c] for name, c in zip(fields, kids, strict=True)}
     values = _migrate(cls, stored_version, values)
     supplied = d.target.supplied.get(i)
     if supplied and d.target.classes.get(i) is cls:
@@ -637,8 +634,8 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if spec is None or spec.kind == "struct":
         raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a registered pytree type")
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
-    payload = d.value(kids[0])
-    children = [d.value(c) for c in kids[1:]]
+    payload = d.out[kids[0]]
+    children = [d.out[c] for c in kids[1:]]
     if mode == "s":
         if spec.deserializer is None:
             raise _NodeError(
@@ -665,9 +662,9 @@ def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any,
             "pytree node; a checkpoint written by jaxstruct never does that"
         )
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
-    aux = d.value(kids[0])
+    aux = d.out[kids[0]]
     try:
-        value = unflatten_node(cls, aux, [d.value(c) for c in kids[1:]])
+        value = unflatten_node(cls, aux, [d.out[c] for c in kids[1:]])
     except TypeError as err:
         raise _NodeError(str(err)) from None
     if type(value) is not cls:
@@ -708,7 +705,7 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         )
     kids = d.children(i, [node[2]])
     try:
-        value = codec.decode(d.value(kids[0]))
+        value = codec.decode(d.out[kids[0]])
     except Exception as err:
         raise _NodeError(
             f"codec {name!r} failed to decode it ({type(err).__name__}: {err})"
