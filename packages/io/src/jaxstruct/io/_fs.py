@@ -41,7 +41,6 @@ _POOL_LOCK = threading.Lock()
 
 
 def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """Return the pool ``name``, created on first use and reused afterwards."""
     found = _POOLS.get(name)
     if found is None:
         with _POOL_LOCK:
@@ -179,18 +178,13 @@ def _sync_file_range() -> Any:
     return fn
 
 
-def _start_writeback(fds: list[int]) -> None:
-    """Ask the kernel to start writing the dirty pages of ``fds`` (a hint: errors are ignored)."""
-    fn = _sync_file_range()
-    if fn is not None:
-        for fd in fds:
-            fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-
-
 def fsync_all(files: list[int], directories: list[int]) -> None:
     """fsync ``files`` and ``directories`` (descriptors), all at the same time."""
+    start_writeback = _sync_file_range()
+    if start_writeback is not None:  # a hint to start writing the files' pages: errors ignored
+        for fd in files:
+            start_writeback(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
     fds = files + directories
-    _start_writeback(files)
     futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
     try:
         os.fsync(fds[0])
