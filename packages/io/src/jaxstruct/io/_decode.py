@@ -69,9 +69,6 @@ class Resolver:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"allow_imports expected module names, got {name!r}")
 
-    def _importable(self, module: str) -> bool:
-        return any(module == a or module.startswith(a + ".") for a in self.allow)
-
     def resolve(self, ref: object, what: str, vouched: type | None = None) -> type:
         """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed."""
         if not isinstance(ref, str):
@@ -82,7 +79,7 @@ class Resolver:
         if cls is not None:
             return cls
         module = ref.partition(":")[0]
-        if self._importable(module):
+        if any(module == a or module.startswith(a + ".") for a in self.allow):
             try:
                 return resolve_class(ref, allow_import=True)
             except ClassReferenceError as err:
