@@ -142,15 +142,15 @@ class DirectoryFormat(Format):
             raise
         finally:
             os.close(fd)
-        fd, size = arrays_fd, arrays_size
+        where = f"{where} (arrays.npz)"
         try:
             index = _zip.read_index(
-                fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio
+                arrays_fd, arrays_size, where, max_ratio=limits.max_inflation_ratio
             )
         except BaseException:
-            os.close(fd)
+            os.close(arrays_fd)
             raise
-        return NpzCheckpoint(fd, index, f"{where} (arrays.npz)", manifest, frozenset())
+        return NpzCheckpoint(arrays_fd, index, where, manifest, frozenset())
 
 
 class ZipFormat(Format):
