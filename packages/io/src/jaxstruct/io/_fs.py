@@ -359,22 +359,6 @@ def _is_debris(path: Path, prefix: str, now: float) -> bool:
     return now - _last_change(path) > FOREIGN_AGE_S
 
 
-def _debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
-    """Split leftovers of finished writers into ``(temporaries, parked checkpoints)``."""
-    temps: list[Path] = []
-    parked_ones: list[Path] = []
-    now = time.time()
-    for kind, out in ((_TMP, temps), (_PARKED, parked_ones)):
-        prefix = f".{target.name}{kind}"
-        for name in names:
-            if not name.startswith(prefix):
-                continue
-            path = target.parent / name
-            if _is_debris(path, prefix, now):
-                out.append(path)
-    return temps, parked_ones
-
-
 def parked(target: Path) -> list[Path]:
     """Checkpoints parked beside ``target`` by the two-rename swap, the most recent first."""
     prefix = f".{target.name}{_PARKED}"
@@ -401,7 +385,17 @@ def clean_debris(target: Path) -> None:
         return
     if not names:
         return
-    temps, parked_ones = _debris(target, names)
+    temps: list[Path] = []
+    parked_ones: list[Path] = []
+    now = time.time()
+    for kind, out in ((_TMP, temps), (_PARKED, parked_ones)):
+        kind_prefix = f".{target.name}{kind}"
+        for name in names:
+            if not name.startswith(kind_prefix):
+                continue
+            path = target.parent / name
+            if _is_debris(path, kind_prefix, now):
+                out.append(path)
     if parked_ones and not os.path.lexists(target):
         for candidate in [p for p in parked(target) if p in parked_ones]:
             try:
