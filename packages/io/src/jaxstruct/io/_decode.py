@@ -298,7 +298,12 @@ class _Decoder:
             return arr
         if not weak and node[1] in self.placed:
             return self.placed[node[1]]
-        self._check_x64(arr)
+        if _too_wide(arr):
+            raise _NodeError(
+                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
+                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
+                "before loading"
+            )
         if weak:
             restored = _weakly_typed(arr)
             if restored is not None:
@@ -315,14 +320,6 @@ class _Decoder:
             raise _NodeError(f"array {key!r} is referenced twice")
         self.arrays_used.add(key)
         return self.arrays[key]
-
-    def _check_x64(self, arr: np.ndarray) -> None:
-        if _too_wide(arr):
-            raise _NodeError(
-                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
-                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
-                "before loading"
-            )
 
     def prng_key(self, node: list[Any]) -> Any:
         if len(node) != 3:
