@@ -15,7 +15,7 @@ from ._formats import Format
 from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
 from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
-from ._schema import Limits, check_node_budget, parse_manifest
+from ._schema import DEFAULT_LIMITS, Limits, check_node_budget, parse_manifest
 
 
 def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationError:
@@ -118,7 +118,7 @@ class DirectoryFormat(Format):
         except (OSError, SerializationError):
             return False
         try:
-            if size > Limits().max_manifest_bytes:
+            if size > DEFAULT_LIMITS.max_manifest_bytes:
                 return False
             return _is_our_manifest(read_all(fd, size, repr(str(path))), self)
         except (OSError, SerializationError):
@@ -194,7 +194,7 @@ class ZipFormat(Format):
         except (OSError, SerializationError):
             return False
         where = repr(str(path))
-        limits = Limits()
+        limits = DEFAULT_LIMITS
         try:
             if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
