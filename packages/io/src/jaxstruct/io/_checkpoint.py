@@ -63,7 +63,10 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
                 f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
                 "another path"
             )
-        if not _is_ours(fmt)(target):
+        # The format's cheap owns() check if it has one (the built-ins read a few bytes),
+        # else a full open of the checkpoint.
+        owns = getattr(fmt, "owns", None)
+        if not (owns(target) if owns is not None else is_checkpoint(target, fmt)):
             raise SerializationError(
                 f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
                 "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
@@ -186,13 +189,6 @@ def _replace_at_url(
     if error is not None:
         raise error
     _fs.step("done")
-
-
-def _is_ours(fmt: Format) -> Callable[[Path], bool]:
-    """Whether an existing path may be replaced: the format's cheap ``owns`` check if it has
-    one (the built-ins read a few bytes), else a full open of the checkpoint."""
-    owns = getattr(fmt, "owns", None)
-    return owns if owns is not None else (lambda existing: is_checkpoint(existing, fmt))
 
 
 def _write_everywhere(
