@@ -132,12 +132,11 @@ def _write_collectively(
     compression: str,
     publishing: bool,
 ) -> BaseException | None:
-    """Write at ``path`` in every process; return process 0's failure, raise another's.
+    """Write at ``path`` in every process; return process 0's failure (for the caller to
+    share with the others before raising it), raise another's at once.
 
     Only process 0 checks what was written: it alone publishes, and the others may
-    look only after it has (a temporary sibling is gone by then). A process other
-    than 0 that fails raises at once; process 0 returns its failure, for the caller
-    to share with the others before raising it.
+    look only after it has (a temporary sibling is gone by then).
     """
     check = _multihost.is_primary()
     try:
