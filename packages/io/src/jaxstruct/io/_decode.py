@@ -22,7 +22,7 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._encode import PATH_TYPES
+from ._encode import PATH_TYPES, SEQUENCE_TAGS
 from ._formats import child_names, key_label
 from ._jax_private import weakly_typed
 from ._plugins import current_registry
@@ -30,12 +30,7 @@ from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
 from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
-_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-    "frozenset": frozenset,
-}
+_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {t: c for c, t in SEQUENCE_TAGS.items()}
 
 
 class _NodeError(Exception):

@@ -39,7 +39,8 @@ PATH_TYPES = {
         pathlib.WindowsPath,
     )
 }
-_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+#: The tag of each sequence type (decoding builds the reverse map).
+SEQUENCE_TAGS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
 
 
 def encode_float(x: float) -> float | str:
@@ -209,7 +210,7 @@ class _Encoder:
         self, value: Any, path: _Path
     ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
-        tag = _SEQUENCES.get(cls)
+        tag = SEQUENCE_TAGS.get(cls)
         if tag is not None:
             items = [(v, _Path(path, "index", i)) for i, v in enumerate(value)]
             return (lambda ch: [tag, ch]), items
