@@ -306,7 +306,7 @@ def fsync_dir(path: Path) -> None:
     """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:  # pragma: no cover - Windows
+    except OSError:  # pragma: no cover - a directory this process may not read
         return
     try:
         os.fsync(fd)
