@@ -492,31 +492,6 @@ def load(
     resolver = Resolver(load_cls, allow_imports)
     if not isinstance(strict_mesh, bool):
         raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
-    return _load(
-        path,
-        lim,
-        resolver,
-        target=target,
-        select=select,
-        mesh=mesh,
-        strict_mesh=strict_mesh,
-        rename=rename,
-        format=format,
-    )
-
-
-def _load(
-    path: str | os.PathLike[str],
-    lim: Limits,
-    resolver: Resolver,
-    *,
-    target: Any,
-    select: Callable[[Any], Any] | None,
-    mesh: Any = None,
-    strict_mesh: bool = False,
-    rename: Rename | None = None,
-    format: str | None = None,
-) -> Any:
     where_path = _local_or_url(path, "load")
     where = repr(str(where_path))
     fmt, opened, top = _open_or_parked(where_path, lim, format)
