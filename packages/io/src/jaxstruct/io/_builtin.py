@@ -1,9 +1,4 @@
-"""The two built-in formats: a directory and a zip archive holding the same two files.
-
-``manifest.json`` plus ``arrays.npz`` (``<key>.npy`` members that
-``numpy.load(..., allow_pickle=False)`` reads); the zip stores ``arrays.npz``
-uncompressed, and archives of the first release (members beside the manifest) still load.
-"""
+"""The built-in formats: a directory and a zip archive of ``manifest.json`` and ``arrays.npz``."""
 
 from __future__ import annotations
 
@@ -18,9 +13,9 @@ from jaxstruct.registry import SerializationError
 from . import _zip
 from ._formats import Format
 from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
-from ._npz import NpzCheckpoint, read_member, write_npz
+from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
-from ._schema import Limits, check_node_budget, parse_manifest
+from ._schema import DEFAULT_LIMITS, Limits, check_node_budget, parse_manifest
 
 
 def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationError:
@@ -42,7 +37,7 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
     """Open the manifest and the arrays of the checkpoint directory ``path`` (``-1``: missing)."""
     for attempt in range(3):
         try:
-            dirfd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+            dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise FileNotFoundError(f"{str(path)!r}: no such directory") from None
         except OSError as err:
@@ -99,12 +94,12 @@ class DirectoryFormat(Format):
         target.mkdir()
         step("temp-created")
         with _create(target / ARRAYS) as npz:
-            write_npz(npz, arrays, compression, step)
+            _zip.write_zip(npz, npz_members(arrays), compression=compression, after_member=step)
             step("arrays-written")
             with _create(target / MANIFEST) as man:
                 man.write(manifest)
                 step("manifest-written")
-                dirfd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                dirfd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
                 try:
                     fsync_all([npz.fileno(), man.fileno()], [dirfd])
                 finally:
@@ -123,7 +118,7 @@ class DirectoryFormat(Format):
         except (OSError, SerializationError):
             return False
         try:
-            if size > Limits().max_manifest_bytes:
+            if size > DEFAULT_LIMITS.max_manifest_bytes:
                 return False
             return _is_our_manifest(read_all(fd, size, repr(str(path))), self)
         except (OSError, SerializationError):
@@ -147,15 +142,15 @@ class DirectoryFormat(Format):
             raise
         finally:
             os.close(fd)
-        fd, size = arrays_fd, arrays_size
+        where = f"{where} (arrays.npz)"
         try:
             index = _zip.read_index(
-                fd, size, f"{where} (arrays.npz)", max_ratio=limits.max_inflation_ratio
+                arrays_fd, arrays_size, where, max_ratio=limits.max_inflation_ratio
             )
         except BaseException:
-            os.close(fd)
+            os.close(arrays_fd)
             raise
-        return NpzCheckpoint(fd, index, f"{where} (arrays.npz)", manifest, frozenset())
+        return NpzCheckpoint(arrays_fd, index, where, manifest, frozenset())
 
 
 class ZipFormat(Format):
@@ -177,33 +172,7 @@ class ZipFormat(Format):
     ) -> None:
         members = npz_members(arrays)  # refuse what cannot be written before creating anything
         with _create(target) as handle:
-            # The manifest member is deflated unless compression="none".
-            text = _zip.Member.of(MANIFEST, [manifest], text=True)
-            method, crc, size, csize, payload = _zip.prepare_text(
-                text, "none" if compression == "none" else "deflate"
-            )
-            handle.write(_zip.local_header(MANIFEST, method, crc, size, csize))
-            for chunk in payload:
-                _write_all(handle, chunk)
-            arrays_at = handle.tell()
-            handle.write(_zip.stored_header(ARRAYS))
-            inner_size, inner_crc = _zip.write_zip(
-                handle, members, compression=compression, after_member=step
-            )
-            os.pwrite(
-                handle.fileno(), _zip.patch_stored_header(ARRAYS, inner_size, inner_crc), arrays_at
-            )
-            central = handle.tell()
-            _zip.write_outer(
-                handle,
-                [
-                    (MANIFEST, 0, method, crc, size, csize, 0),
-                    # ZIP64 fields only where a size or offset needs them (the local
-                    # header reserved them, the size being unknown when it was written).
-                    (ARRAYS, arrays_at, 0, inner_crc, inner_size, inner_size, 0),
-                ],
-                central,
-            )
+            _zip.write_outer(handle, manifest, members, compression=compression, after_member=step)
             os.fsync(handle.fileno())
         step("temp-synced")
 
@@ -225,7 +194,7 @@ class ZipFormat(Format):
         except (OSError, SerializationError):
             return False
         where = repr(str(path))
-        limits = Limits()
+        limits = DEFAULT_LIMITS
         try:
             if os.pread(fd, 4, 0) not in _ZIP_MAGIC:
                 return False
@@ -287,10 +256,3 @@ def _is_our_manifest(data: bytes, fmt: Format) -> bool:
     except SerializationError:
         return False
     return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))
-
-
-def _write_all(handle: Any, data: _zip.Chunk) -> None:
-    view = memoryview(data)
-    while view.nbytes:
-        n = handle.write(view)
-        view = view[n or 0 :]

@@ -17,7 +17,6 @@ from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
 from ._detect import format_for_export, is_checkpoint, open_any, write_checked
 from ._encode import encode_state
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, RemoteDirectory
-from ._fs import CheckpointWriteError
 from ._plain import Rename, load_plain
 from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
 from ._targets import match_target, mesh_placements
@@ -33,19 +32,20 @@ def is_url(path: str) -> bool:
     return _URL.match(path) is not None
 
 
-def _local_or_url(path: str | os.PathLike[str], fmt: Format | None, what: str) -> Any:
+def local_paths_only(where: str, fmt: Format) -> SerializationError:
+    """The refusal of a URL by a format that writes local paths only."""
+    return SerializationError(
+        f"{where}: the {fmt.name!r} format writes local paths only (nothing was written); use "
+        'format="orbax" (pip install jaxstruct-orbax) for remote storage, or give a local (or '
+        "mounted) path"
+    )
+
+
+def _local_or_url(path: str | os.PathLike[str], what: str) -> Any:
     text = os.fspath(path)
     if not isinstance(text, str):
         raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
-    if is_url(text):
-        if fmt is not None and not fmt.remote_paths:
-            raise SerializationError(
-                f"{text!r} is a URL, and the {fmt.name!r} format writes local paths only (nothing "
-                'was written); use format="orbax" (pip install jaxstruct-orbax) for remote '
-                "storage, or give a local path"
-            )
-        return text
-    return Path(text).absolute()
+    return text if is_url(text) else Path(text)
 
 
 def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
@@ -63,7 +63,10 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
                 f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
                 "another path"
             )
-        if not _is_ours(fmt)(target):
+        # The format's cheap owns() check if it has one (the built-ins read a few bytes),
+        # else a full open of the checkpoint.
+        owns = getattr(fmt, "owns", None)
+        if not (owns(target) if owns is not None else is_checkpoint(target, fmt)):
             raise SerializationError(
                 f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
                 "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
@@ -79,15 +82,6 @@ def _replaces_at_urls(fmt: Format) -> bool:
     remote = fmt.remote_directory() if fmt.publishes_atomically else None
     return remote is not None and (
         type(remote).stage_replacement is not RemoteDirectory.stage_replacement
-    )
-
-
-def _disk_error(target: Any, err: OSError) -> CheckpointWriteError:
-    return CheckpointWriteError(
-        err.errno,
-        f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
-        "nothing was replaced and any previous checkpoint there is intact. Free disk "
-        "space or fix the permissions, then export again",
     )
 
 
@@ -117,7 +111,7 @@ def _replace_atomically(
             _fs.fsync_dir(target.parent)
             _fs.step("published")
         except BaseException as err:
-            error = _disk_error(target, err) if isinstance(err, OSError) else err
+            error = _fs.write_error(target, err) if isinstance(err, OSError) else err
         finally:
             _fs.remove(old if old is not None else tmp)
     elif primary:
@@ -138,12 +132,11 @@ def _write_collectively(
     compression: str,
     publishing: bool,
 ) -> BaseException | None:
-    """Write at ``path`` in every process; return process 0's failure, raise another's.
+    """Write at ``path`` in every process; return process 0's failure (for the caller to
+    share with the others before raising it), raise another's at once.
 
     Only process 0 checks what was written: it alone publishes, and the others may
-    look only after it has (a temporary sibling is gone by then). A process other
-    than 0 that fails raises at once; process 0 returns its failure, for the caller
-    to share with the others before raising it.
+    look only after it has (a temporary sibling is gone by then).
     """
     check = _multihost.is_primary()
     try:
@@ -153,7 +146,7 @@ def _write_collectively(
             if not check:
                 raise
             return err
-        error = _disk_error(target, err)
+        error = _fs.write_error(target, err)
         error.__cause__ = err
         if not check:
             raise error from err
@@ -197,13 +190,6 @@ def _replace_at_url(
     _fs.step("done")
 
 
-def _is_ours(fmt: Format) -> Callable[[Path], bool]:
-    """Whether an existing path may be replaced: the format's cheap ``owns`` check if it has
-    one (the built-ins read a few bytes), else a full open of the checkpoint."""
-    owns = getattr(fmt, "owns", None)
-    return owns if owns is not None else (lambda existing: is_checkpoint(existing, fmt))
-
-
 def _write_everywhere(
     target: Any,
     fmt: Format,
@@ -212,7 +198,7 @@ def _write_everywhere(
     *,
     overwrite: bool,
     compression: str,
-    background: bool,
+    background: bool = False,
     checked: bool = False,
 ) -> PendingWrite | None:
     """Write and publish the checkpoint (in this thread); return a format's own pending write."""
@@ -249,8 +235,7 @@ def _write_everywhere(
                 target,
                 lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
                 overwrite=overwrite,
-                is_ours=_is_ours(fmt),
-                what=f"{fmt.name} checkpoint",
+                check_existing=lambda: _check_existing(target, fmt, overwrite),
                 checked=checked,
             )
         except BaseException as err:
@@ -365,7 +350,11 @@ def export(
         raise TypeError(f"blocking expected a bool, got {blocking!r}")
     text = os.fspath(path)
     fmt = format_for_export(text if isinstance(text, str) else "", format)
-    target = _local_or_url(path, fmt, "export")
+    target = _local_or_url(path, "export")
+    if isinstance(target, Path):
+        target = target.absolute()
+    elif not fmt.remote_paths:
+        raise local_paths_only(repr(target), fmt)
     key = str(target)
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
@@ -394,11 +383,13 @@ def export(
             arrays,
             overwrite=overwrite,
             compression=compression,
-            background=False,
             checked=found,
         )
         return target
     handle = _async.ExportHandle(target, key)
+    write = functools.partial(
+        _write_everywhere, target, fmt, manifest, overwrite=overwrite, compression=compression
+    )
     if (
         type(fmt).write_async is Format.write_async
         or not fmt.publishes_atomically
@@ -406,28 +397,10 @@ def export(
     ):
         # The format writes synchronously: copy what the caller may change or donate
         # now, and write from those private copies in a background thread.
-        arrays = {k: _async.host_copy(v) for k, v in arrays.items()}
-        work = functools.partial(
-            _write_everywhere,
-            target,
-            fmt,
-            manifest,
-            arrays,
-            overwrite=overwrite,
-            compression=compression,
-            background=False,
-        )
+        work = functools.partial(write, {k: _async.host_copy(v) for k, v in arrays.items()})
     else:
         # The format's own asynchronous write takes its own copies before returning.
-        pending = _write_everywhere(
-            target,
-            fmt,
-            manifest,
-            arrays,
-            overwrite=overwrite,
-            compression=compression,
-            background=True,
-        )
+        pending = write(arrays, background=True)
         work = lambda: pending
     _async.register(handle)
     handle._start(work)
@@ -519,34 +492,7 @@ def load(
     resolver = Resolver(load_cls, allow_imports)
     if not isinstance(strict_mesh, bool):
         raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
-    return _load(
-        path,
-        lim,
-        resolver,
-        target=target,
-        select=select,
-        mesh=mesh,
-        strict_mesh=strict_mesh,
-        rename=rename,
-        format=format,
-    )
-
-
-def _load(
-    path: str | os.PathLike[str],
-    lim: Limits,
-    resolver: Resolver,
-    *,
-    target: Any,
-    select: Callable[[Any], Any] | None,
-    mesh: Any = None,
-    strict_mesh: bool = False,
-    rename: Rename | None = None,
-    format: str | None = None,
-) -> Any:
-    where_path = _local_or_url(path, None, "load")
-    if isinstance(where_path, Path):
-        where_path = Path(os.fspath(path))
+    where_path = _local_or_url(path, "load")
     where = repr(str(where_path))
     fmt, opened, top = _open_or_parked(where_path, lim, format)
     if top is None:

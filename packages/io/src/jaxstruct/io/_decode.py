@@ -22,7 +22,7 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._encode import PATH_TYPES
+from ._encode import PATH_TYPES, SEQUENCE_TAGS
 from ._formats import child_names, key_label
 from ._jax_private import weakly_typed
 from ._plugins import current_registry
@@ -30,12 +30,7 @@ from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
 from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
 
-_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-    "frozenset": frozenset,
-}
+_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {t: c for c, t in SEQUENCE_TAGS.items()}
 
 
 class _NodeError(Exception):
@@ -69,9 +64,6 @@ class Resolver:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"allow_imports expected module names, got {name!r}")
 
-    def _importable(self, module: str) -> bool:
-        return any(module == a or module.startswith(a + ".") for a in self.allow)
-
     def resolve(self, ref: object, what: str, vouched: type | None = None) -> type:
         """The class ``ref`` names: ``load_cls``, the target's, registered, or allowed."""
         if not isinstance(ref, str):
@@ -82,7 +74,7 @@ class Resolver:
         if cls is not None:
             return cls
         module = ref.partition(":")[0]
-        if self._importable(module):
+        if any(module == a or module.startswith(a + ".") for a in self.allow):
             try:
                 return resolve_class(ref, allow_import=True)
             except ClassReferenceError as err:
@@ -151,7 +143,6 @@ class _Decoder:
         self.out: list[Any] = []
         self.used = bytearray(len(nodes))
         self.arrays_used: set[str] = set()
-        self._jax_ok: bool | None = None
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
         self.codec_named: Callable[[str], Any] | None = None
 
@@ -282,9 +273,6 @@ class _Decoder:
 
     # -- handlers: (decoder, index, node) -> (value, children) ------------------
 
-    def value(self, c: int) -> Any:
-        return self.out[c]
-
     def resolve(self, i: int, ref: object, what: str) -> type:
         """The class of node ``i``, with the target's class at that place vouched for."""
         return self.resolver.resolve(ref, what, self.target.classes.get(i))
@@ -305,7 +293,12 @@ class _Decoder:
             return arr
         if not weak and node[1] in self.placed:
             return self.placed[node[1]]
-        self._check_x64(arr)
+        if _too_wide(arr):
+            raise _NodeError(
+                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
+                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
+                "before loading"
+            )
         if weak:
             restored = _weakly_typed(arr)
             if restored is not None:
@@ -322,14 +315,6 @@ class _Decoder:
             raise _NodeError(f"array {key!r} is referenced twice")
         self.arrays_used.add(key)
         return self.arrays[key]
-
-    def _check_x64(self, arr: np.ndarray) -> None:
-        if _too_wide(arr):
-            raise _NodeError(
-                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
-                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
-                "before loading"
-            )
 
     def prng_key(self, node: list[Any]) -> Any:
         if len(node) != 3:
@@ -370,10 +355,8 @@ def _weakly_typed(arr: Any) -> Any:
             out = jax.device_put(out, arr.sharding)
     else:
         out = weakly_typed(arr)  # JAX has no public constructor for these
-        if out is None:
-            return None
     # The dtype differs only if jax_enable_x64 changed since the export.
-    if out.dtype != arr.dtype or not getattr(out, "weak_type", False):
+    if out is None or out.dtype != arr.dtype or not getattr(out, "weak_type", False):
         return None
     return out
 
@@ -463,7 +446,7 @@ def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError(f"malformed {node[0]} node")
     kids = d.children(i, node[1])
-    return _SEQUENCES[node[0]]([d.value(c) for c in kids]), kids
+    return _SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
 
 
 def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -474,13 +457,13 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         raise _NodeError("dict node must list keys and values in pairs")
     out: dict[Any, Any] = {}
     for k, v in zip(kids[::2], kids[1::2], strict=True):
-        key = d.value(k)
+        key = d.out[k]
         try:
             if key in out:
                 raise _NodeError(f"dict key {clip(repr(key))} appears twice")
         except TypeError:
             raise _NodeError(f"dict key of type {type(key).__name__} is not hashable") from None
-        out[key] = d.value(v)
+        out[key] = d.out[v]
     return out, kids
 
 
@@ -496,7 +479,7 @@ def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]
             f"namedtuple {cls.__qualname__} has {len(cls._fields)} fields but "  # type: ignore[attr-defined]
             f"{len(kids)} were stored"
         )
-    return cls._make(d.value(c) for c in kids), kids  # type: ignore[attr-defined]
+    return cls._make(d.out[c] for c in kids), kids  # type: ignore[attr-defined]
 
 
 def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -553,7 +536,7 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if spec is None or spec.kind != "struct":
         raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a Struct class")
     kids = d.children(i, list(fields.values()))
-    values = {name: d.value(c) for name, c in zip(fields, kids, strict=True)}
+    values = {name: d.out[c] for name, c in zip(fields, kids, strict=True)}
     values = _migrate(cls, stored_version, values)
     supplied = d.target.supplied.get(i)
     if supplied and d.target.classes.get(i) is cls:
@@ -640,8 +623,8 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if spec is None or spec.kind == "struct":
         raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a registered pytree type")
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
-    payload = d.value(kids[0])
-    children = [d.value(c) for c in kids[1:]]
+    payload = d.out[kids[0]]
+    children = [d.out[c] for c in kids[1:]]
     if mode == "s":
         if spec.deserializer is None:
             raise _NodeError(
@@ -668,9 +651,9 @@ def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any,
             "pytree node; a checkpoint written by jaxstruct never does that"
         )
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
-    aux = d.value(kids[0])
+    aux = d.out[kids[0]]
     try:
-        value = unflatten_node(cls, aux, [d.value(c) for c in kids[1:]])
+        value = unflatten_node(cls, aux, [d.out[c] for c in kids[1:]])
     except TypeError as err:
         raise _NodeError(str(err)) from None
     if type(value) is not cls:
@@ -699,8 +682,6 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed codec node")
     name = _str(node[1], "codec name")
-    from ._plugins import current_registry
-
     registry = current_registry()
     lookup = d.codec_named or registry.codec_named
     codec = lookup(name)  # PluginError if its plugin failed or clashes
@@ -713,7 +694,7 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         )
     kids = d.children(i, [node[2]])
     try:
-        value = codec.decode(d.value(kids[0]))
+        value = codec.decode(d.out[kids[0]])
     except Exception as err:
         raise _NodeError(
             f"codec {name!r} failed to decode it ({type(err).__name__}: {err})"

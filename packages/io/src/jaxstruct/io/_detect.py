@@ -14,7 +14,7 @@ from . import _fs
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format, OpenedCheckpoint
 from ._plugins import BLOCK_ENV, PluginError, current_registry
-from ._schema import Limits, parse_manifest
+from ._schema import DEFAULT_LIMITS, Limits, parse_manifest
 
 BUILTIN_TYPES = (DirectoryFormat, ZipFormat)
 
@@ -122,7 +122,6 @@ def _candidates(path: Any) -> list[Format]:
     if owner_error is not None:
         raise owner_error
     kind = "directory" if is_dir else "file"
-    hint = ""
     if owner is not None:
         hint = (
             f"; its suffix {suffix!r} is the {owner.name!r} format's, which does not recognise it"
@@ -255,7 +254,7 @@ def open_any(
 def is_checkpoint(path: Path, fmt: Format) -> bool:
     """Return whether ``path`` is a readable jaxstruct checkpoint of format ``fmt``."""
     try:
-        found, opened, _ = open_checkpoint(path, Limits())
+        found, opened, _ = open_checkpoint(path, DEFAULT_LIMITS)
     except (SerializationError, OSError):
         return False
     opened.close()

@@ -1,8 +1,4 @@
-"""Turning a value into a state dict: a post-order node table plus the arrays it references.
-
-Children always come earlier in the table and the last node is the root, so
-neither writing nor reading recurses; the node tags are listed in docs/io.md.
-"""
+"""Turning a value into a state dict: a post-order node table plus the arrays it references."""
 
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ from jaxstruct.registry import (
 )
 
 from . import _fs
+from ._plugins import current_registry
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
 from ._values import flatten_named, struct_fields
 
@@ -42,7 +39,8 @@ PATH_TYPES = {
         pathlib.WindowsPath,
     )
 }
-_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+#: The tag of each sequence type (decoding builds the reverse map).
+SEQUENCE_TAGS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
 
 
 def encode_float(x: float) -> float | str:
@@ -98,14 +96,6 @@ class _Encoder:
         self.nodes: list[list[Any]] = []
         self.meta: dict[str, dict[str, Any]] = {}
         self.data: dict[str, Any] = {}  # numpy.ndarray or jax.Array, as the user holds it
-        self._codecs: Any = None
-
-    def _codec_for(self, cls: type) -> Any:
-        if self._codecs is None:
-            from ._plugins import current_registry
-
-            self._codecs = current_registry()
-        return self._codecs.codec_for_type(cls)
 
     def _array(self, arr: Any, path: _Path, tag: str) -> list[Any]:
         name = dtype_name(arr.dtype, path)
@@ -220,7 +210,7 @@ class _Encoder:
         self, value: Any, path: _Path
     ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
-        tag = _SEQUENCES.get(cls)
+        tag = SEQUENCE_TAGS.get(cls)
         if tag is not None:
             items = [(v, _Path(path, "index", i)) for i, v in enumerate(value)]
             return (lambda ch: [tag, ch]), items
@@ -238,7 +228,7 @@ class _Encoder:
             return (lambda ch: ["namedtuple", ref, ch]), items
         if is_registered_pytree_type(cls):
             return self._pytree(value, path)
-        codec = self._codec_for(cls)
+        codec = current_registry().codec_for_type(cls)
         if codec is not None:
             try:
                 stored = codec.encode(value)

@@ -1,13 +1,4 @@
-"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish.
-
-A checkpoint is written in full to a temporary sibling
-``.<name>.jaxstruct-tmp-<host>-<pid>-<random>``, fsynced, and moved into place
-with ``renameat2`` (``RENAME_NOREPLACE``, or ``RENAME_EXCHANGE`` for an
-overwrite), or two renames where that is missing (the old checkpoint parked as
-``.<name>.jaxstruct-old-...``, found by :func:`parked`). Leftovers are judged by
-their host tag and age (:func:`host_tag`, :data:`FOREIGN_AGE_S`). Pools, locks
-and the collector's pause are reset in a forked child.
-"""
+"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish."""
 
 from __future__ import annotations
 
@@ -50,7 +41,6 @@ _POOL_LOCK = threading.Lock()
 
 
 def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """Return the pool ``name``, created on first use and reused afterwards."""
     found = _POOLS.get(name)
     if found is None:
         with _POOL_LOCK:
@@ -69,8 +59,7 @@ def _forget_in_child() -> None:
     _POOL_LOCK = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -98,8 +87,7 @@ def _reset_in_child() -> None:
             gc.enable()
 
 
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_reset_in_child)
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextlib.contextmanager
@@ -121,7 +109,8 @@ def paused() -> Iterator[None]:
                     gc.enable()
 
 
-_NOATIME = getattr(os, "O_NOATIME", 0)
+_NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
@@ -137,10 +126,7 @@ def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
 
 def open_regular(path: Path, *, follow: bool, dir_fd: int | None = None) -> tuple[int, int]:
     """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    if not follow:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+    flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW
     try:
         fd = open_noatime(path, flags, dir_fd)
     except FileNotFoundError:
@@ -192,18 +178,13 @@ def _sync_file_range() -> Any:
     return fn
 
 
-def _start_writeback(fds: list[int]) -> None:
-    """Ask the kernel to start writing the dirty pages of ``fds`` (a hint: errors are ignored)."""
-    fn = _sync_file_range()
-    if fn is not None:
-        for fd in fds:
-            fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-
-
 def fsync_all(files: list[int], directories: list[int]) -> None:
     """fsync ``files`` and ``directories`` (descriptors), all at the same time."""
+    start_writeback = _sync_file_range()
+    if start_writeback is not None:  # a hint to start writing the files' pages: errors ignored
+        for fd in files:
+            start_writeback(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
     fds = files + directories
-    _start_writeback(files)
     futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
     try:
         os.fsync(fds[0])
@@ -324,8 +305,8 @@ def temp_sibling(target: Path, kind: str = _TMP) -> Path:
 def fsync_dir(path: Path) -> None:
     """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # pragma: no cover - Windows
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # pragma: no cover - a directory this process may not read
         return
     try:
         os.fsync(fd)
@@ -378,22 +359,6 @@ def _is_debris(path: Path, prefix: str, now: float) -> bool:
     return now - _last_change(path) > FOREIGN_AGE_S
 
 
-def _debris(target: Path, names: list[str]) -> tuple[list[Path], list[Path]]:
-    """Split leftovers of finished writers into ``(temporaries, parked checkpoints)``."""
-    temps: list[Path] = []
-    parked_ones: list[Path] = []
-    now = time.time()
-    for kind, out in ((_TMP, temps), (_PARKED, parked_ones)):
-        prefix = f".{target.name}{kind}"
-        for name in names:
-            if not name.startswith(prefix):
-                continue
-            path = target.parent / name
-            if _is_debris(path, prefix, now):
-                out.append(path)
-    return temps, parked_ones
-
-
 def parked(target: Path) -> list[Path]:
     """Checkpoints parked beside ``target`` by the two-rename swap, the most recent first."""
     prefix = f".{target.name}{_PARKED}"
@@ -420,7 +385,17 @@ def clean_debris(target: Path) -> None:
         return
     if not names:
         return
-    temps, parked_ones = _debris(target, names)
+    temps: list[Path] = []
+    parked_ones: list[Path] = []
+    now = time.time()
+    for kind, out in ((_TMP, temps), (_PARKED, parked_ones)):
+        kind_prefix = f".{target.name}{kind}"
+        for name in names:
+            if not name.startswith(kind_prefix):
+                continue
+            path = target.parent / name
+            if _is_debris(path, kind_prefix, now):
+                out.append(path)
     if parked_ones and not os.path.lexists(target):
         for candidate in [p for p in parked(target) if p in parked_ones]:
             try:
@@ -464,24 +439,19 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     try:
         if _renameat2(src, dst, _RENAME_NOREPLACE):
             return
+        if not src.is_dir():
+            os.link(src, dst)
+            os.unlink(src)
+            return
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, "target exists", str(dst))
+        os.rename(src, dst)
     except FileExistsError:
         raise
     except OSError as err:
         if err.errno in (errno.EEXIST, errno.ENOTEMPTY):
             raise FileExistsError(err.errno, "target exists", str(dst)) from None
         raise
-    if src.is_dir():
-        if os.path.lexists(dst):
-            raise FileExistsError(errno.EEXIST, "target exists", str(dst))
-        try:
-            os.rename(src, dst)
-        except OSError as err:
-            if err.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                raise FileExistsError(err.errno, "target exists", str(dst)) from None
-            raise
-    else:
-        os.link(src, dst)
-        os.unlink(src)
 
 
 def exchange(src: Path, dst: Path) -> Path:
@@ -529,33 +499,30 @@ def _make_parents(directory: Path) -> None:
         fsync_dir(path.parent)
 
 
+def write_error(target: Any, err: OSError) -> CheckpointWriteError:
+    """The error for a disk failure while writing the checkpoint ``target``."""
+    return CheckpointWriteError(
+        err.errno,
+        f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
+        "nothing was replaced and any previous checkpoint there is intact. Free disk "
+        "space or fix the permissions, then export again",
+    )
+
+
 def publish(
     target: Path,
     write: Callable[[Path], None],
     *,
     overwrite: bool,
-    is_ours: Callable[[Path], bool],
-    what: str = "checkpoint",
+    check_existing: Callable[[], bool],
     checked: bool = False,
 ) -> None:
-    """Create a checkpoint at ``target`` so that a crash never loses the one already there."""
+    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
 
-    def refuse_existing() -> None:
-        if not overwrite:
-            raise FileExistsError(
-                f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
-                "another path"
-            )
-        if not is_ours(target):
-            raise SerializationError(
-                f"{str(target)!r} exists and is not a jaxstruct {what}; "
-                "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
-                "another path"
-            )
-
-    exists = os.path.lexists(target)
-    if exists and not checked:
-        refuse_existing()
+    ``check_existing`` refuses an existing ``target`` that may not be replaced and
+    returns whether one exists; ``checked``: the caller has already called it.
+    """
+    exists = os.path.lexists(target) if checked else check_existing()
     checked = exists
     if not exists:
         _make_parents(target.parent)
@@ -567,31 +534,20 @@ def publish(
             if len(_SWEPT) >= _SWEPT_MAX:
                 _SWEPT.clear()
             _SWEPT.add(target)
-    if not checked and os.path.lexists(target):  # a parked checkpoint was recovered
-        refuse_existing()
-        checked = True
+    if not checked:  # a parked checkpoint may have been recovered
+        checked = check_existing()
     tmp = temp_sibling(target)
     old: Path | None = None
     try:
         try:
             write(tmp)
-            if not os.path.lexists(tmp):
-                raise SerializationError(
-                    f"{str(target)!r}: writing the {what} returned without creating it; "
-                    "nothing was replaced"
-                )
         except OSError as err:
-            raise CheckpointWriteError(
-                err.errno,
-                f"{str(target)!r}: writing the checkpoint failed ({err.strerror or err}); "
-                "nothing was replaced and any previous checkpoint there is intact. Free disk "
-                "space or fix the permissions, then export again",
-            ) from err
+            raise write_error(target, err) from err
         step("written")
         while True:
             if os.path.lexists(target):
                 if not checked:
-                    refuse_existing()  # someone else created it during this export
+                    check_existing()  # someone else created it during this export
                 try:
                     old = exchange(tmp, target)
                     break
@@ -641,24 +597,17 @@ MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two fi
 
 
 def _remove_old(old: Path) -> None:
-    """Delete a swapped-out old checkpoint (a file's swap leaves nothing at ``old``)."""
-    if not _remove_known(old):
-        remove(old)
-
-
-def _remove_known(path: Path) -> bool:
-    """Delete a checkpoint directory laid out as export writes it; return whether it is gone."""
+    """Delete a swapped-out old checkpoint: three calls for a directory laid out as export
+    writes it, else a walk (a file's swap leaves nothing at ``old``)."""
     try:
-        os.unlink(os.path.join(path, MANIFEST))
-        os.unlink(os.path.join(path, ARRAYS))
-        os.rmdir(path)
+        os.unlink(os.path.join(old, MANIFEST))
+        os.unlink(os.path.join(old, ARRAYS))
+        os.rmdir(old)
     except OSError:
-        return False
-    return True
+        remove(old)
 
 
 # Targets whose debris this process has already swept (a sweep lists the parent).
 _SWEPT: set[Path] = set()
 _SWEPT_MAX = 4096
-if hasattr(os, "register_at_fork"):  # a forked child sweeps for itself
-    os.register_at_fork(after_in_child=_SWEPT.clear)
+os.register_at_fork(after_in_child=_SWEPT.clear)  # a forked child sweeps for itself

@@ -16,7 +16,7 @@ from jaxstruct.registry import SerializationError
 
 from . import _fs, _multihost
 from ._async import ExportHandle
-from ._checkpoint import export, is_url, load
+from ._checkpoint import export, is_url, load, local_paths_only
 from ._detect import format_named
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
@@ -98,11 +98,7 @@ class CheckpointManager:
         text = os.fspath(directory)
         self._remote = self._format.remote_directory() if is_url(text) else None
         if is_url(text) and self._remote is None:
-            raise SerializationError(
-                f"CheckpointManager({text!r}): the {self.format!r} format writes local paths "
-                'only (nothing was written); use format="orbax" for a gs:// URL'
-                ", or give a local (or mounted) directory"
-            )
+            raise local_paths_only(f"CheckpointManager({text!r})", self._format)
         self.directory: Any = text.rstrip("/") if self._remote else Path(text).absolute()
         self.keep = keep
         self.best_metric = best_metric

@@ -189,11 +189,10 @@ class NpzCheckpoint(OpenedCheckpoint):
             raise SerializationError(f"{where}: malformed .npy header ({err})") from None
         if head.tell() != start:
             raise SerializationError(f"{where}: size does not match the array's dtype and shape")
-        descr = file_dtype.str
         if file_dtype != stored or file_shape != shape:
             raise SerializationError(
-                f"{where}: holds dtype {descr!r} and shape {file_shape}, but the manifest says "
-                f"{stored.str!r} and {shape}"
+                f"{where}: holds dtype {file_dtype.str!r} and shape {file_shape}, but the manifest "
+                f"says {stored.str!r} and {shape}"
             )
         return stored, fortran, start
 
@@ -457,9 +456,3 @@ def _member(key: str, arr: Any) -> _zip.Member:
 def members(arrays: Mapping[str, Any]) -> list[_zip.Member]:
     with _fs.paused():
         return [_member(key, arr) for key, arr in arrays.items()]
-
-
-def write_npz(
-    handle: Any, arrays: Mapping[str, Any], compression: str, step: Callable[[str], None]
-) -> tuple[int, int]:
-    return _zip.write_zip(handle, members(arrays), compression=compression, after_member=step)

@@ -1,8 +1,4 @@
-"""Zip archives: a parallel writer (ZIP64, stored or deflated members) and a checked reader.
-
-The reader trusts nothing in the file: offsets, sizes and names are bounded,
-every member's CRC-32 is checked, and inflation is capped by the limits.
-"""
+"""Zip archives: a parallel writer (ZIP64, stored or deflated members) and a checked reader."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from jaxstruct.registry import SerializationError
 
-from ._fs import WORKERS, CrcParts, crc32, crc32_combine, pool
+from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, crc32, crc32_combine, pool
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
@@ -52,8 +48,6 @@ class Member:
     size: int
     chunks: Callable[[], Iterable[Chunk]]
     text: bool = False  # JSON: compress with the default strategy.
-    sample: bytes | None = None
-
     parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
 
     @classmethod
@@ -113,8 +107,6 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 
 
 def _first_sample(member: Member) -> bytes:
-    if member.sample is not None:
-        return member.sample
     if member.parts is not None:
         return _sample(member.parts)
     # The first chunk may be a short header: gather enough of the content.
@@ -395,49 +387,37 @@ def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Mem
             future.cancel()
 
 
-def stored_header(name: str) -> bytes:
-    """A ZIP64 local header for a stored member whose size and CRC are patched in later."""
-    prep = _Prepared(0, 0, _STORED, None, 0, 0)
-    return _local_header(name.encode("utf-8"), prep, True)
-
-
-def patch_stored_header(name: str, size: int, crc: int) -> bytes:
-    """The final form of :func:`stored_header` (same length)."""
-    prep = _Prepared(crc, size, _STORED, None, size, crc)
-    return _local_header(name.encode("utf-8"), prep, True)
-
-
 def write_outer(
     stream: BinaryIO,
-    entries: Sequence[tuple[str, int, int, int, int, int, int]],
-    start: int,
+    manifest: bytes,
+    members: Sequence[Member],
+    *,
+    compression: str,
+    after_member: Callable[[str], None] | None = None,
 ) -> None:
-    """Write the central directory of an outer archive written by hand."""
-    central = b""
-    for name, off, method, crc, size, csize, zip64 in entries:
-        prep = _Prepared(crc, size, method, None, csize, crc)
-        central += _central_entry(name.encode("utf-8"), prep, off, bool(zip64))
-    tail = central + _end_records(len(entries), start, len(central))
-    view = memoryview(tail)
-    while view.nbytes:
-        n = stream.write(view)
-        view = view[n or 0 :]
+    """Write the zip checkpoint to ``stream``: ``manifest.json`` (deflated unless
+    ``compression="none"``), then ``arrays.npz``, the zip of ``members``, stored."""
+    text = Member.of(MANIFEST, [manifest], text=True)
+    prep = _prepare(text, "none" if compression == "none" else "deflate")
+    name, arrays_name = MANIFEST.encode("utf-8"), ARRAYS.encode("utf-8")
+    _write_fully(stream, _local_header(name, prep, False))
+    for chunk in prep.payload if prep.payload is not None else text.chunks():
+        _write_fully(stream, chunk)
+    arrays_at = stream.tell()
+    # The size and CRC of arrays.npz are patched in once it is written; its local
+    # header reserves the ZIP64 fields, the size being unknown until then.
+    _write_fully(stream, _local_header(arrays_name, _Prepared(0, 0, _STORED, None, 0, 0), True))
+    size, crc = write_zip(stream, members, compression=compression, after_member=after_member)
+    inner = _Prepared(crc, size, _STORED, None, size, crc)
+    os.pwrite(stream.fileno(), _local_header(arrays_name, inner, True), arrays_at)
+    start = stream.tell()
+    # ZIP64 fields in the central directory only where a size or offset needs them.
+    central = _central_entry(name, prep, 0, False) + _central_entry(
+        arrays_name, inner, arrays_at, False
+    )
+    _write_fully(stream, central + _end_records(2, start, len(central)))
 
 
-def prepare_text(member: Member, compression: str) -> tuple[int, int, int, int, list[Chunk]]:
-    """Prepare a small member: ``(method, crc, size, csize, payload)``."""
-    prep = _prepare(member, compression)
-    payload = list(prep.payload) if prep.payload is not None else list(member.chunks())
-    return prep.method, prep.crc, prep.size, prep.csize, payload
-
-
-def local_header(name: str, method: int, crc: int, size: int, csize: int) -> bytes:
-    """A local header for a member whose sizes are known (no ZIP64)."""
-    prep = _Prepared(crc, size, method, None, csize, crc)
-    return _local_header(name.encode("utf-8"), prep, False)
-
-
-_STORED, _DEFLATED = 0, 8
 # Bytes of member name read together with each local header.
 _NAME_GUESS = 226
 # A stored member of at most this many bytes is read whole, with one system call.
