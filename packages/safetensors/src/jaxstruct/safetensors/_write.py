@@ -15,14 +15,14 @@ to 8 bytes, tensors by decreasing alignment then name).
 
 Either way, while a file of :data:`FLUSH_FROM` bytes or more is written, a
 thread of the call flushes what is written so far to disk (``fdatasync`` in a
-loop), so the disk writes while the file is still being filled instead of
-after it; the format's ``fsync`` at the end then waits for the tail only (0.3
-s for 1 GiB became a few ms here; the whole export gained less, within the
-machine's noise: see benchmarks/README.md). The format then fsyncs the file,
-and jaxstruct.io publishes it atomically. (The library itself writes to a
-temporary sibling of its own and renames that onto the path it is given: here
-a path in a directory named after the export's own temporary, then moved onto
-that temporary.)
+loop, and once more when the writing ends), so the disk writes while the file
+is still being filled instead of after it; the format's ``fsync`` at the end
+then has little left to wait for (0.3 s for 1 GiB became a few ms here; the
+whole export gained less, within the machine's noise: see benchmarks/README.md).
+The format then fsyncs the file, and jaxstruct.io publishes it atomically.
+(The library itself writes to a temporary sibling of its own and renames that
+onto the path it is given: here a path in a directory named after the
+export's own temporary, then moved onto that temporary.)
 """
 
 from __future__ import annotations
@@ -70,11 +70,16 @@ def _flushed_while_written(find: Callable[[], int | None]) -> Iterator[None]:
     def flush() -> None:
         fd = None
         try:
-            while not done.is_set():
+            while True:
+                # One more pass once the writing has ended: the tail, and a file written
+                # faster than the thread first looked (so every big file is flushed here).
+                last = done.is_set()
                 if fd is None:
                     fd = find()
                 if fd is not None:
                     os.fdatasync(fd)
+                if last:
+                    break
                 done.wait(FLUSH_EVERY_S)
         except OSError:
             pass
