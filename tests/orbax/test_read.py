@@ -88,6 +88,40 @@ def test_chunks_larger_than_a_block_are_read_once_and_copied(
         np.testing.assert_array_equal(np.asarray(back[key]), value)
 
 
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_the_object_store_pace_restores_every_sharding(
+    tmp_path: Path, small_blocks: None, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    """Read as from an object store (eight blocks in flight, no chunk cache): a block that
+    feeds several shards is read once and copied, and every value comes back exact."""
+    pace = _read.Pace(2048, _read.STORE_IN_FLIGHT, cached=False)
+    monkeypatch.setattr(_read.Pace, "of", classmethod(lambda cls, total, remote: pace))
+    shape, names, pspec = SPECS[spec]
+    values = _values()
+    rows = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
+    path = jio.export(
+        {k: jax.device_put(v, rows) for k, v in values.items()}, tmp_path / "ck", format="orbax"
+    )
+    sharding = NamedSharding(jax.make_mesh(shape, names), pspec)
+    target = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding) for k, v in values.items()
+    }
+    back = jio.load(path, target=target)
+    for key, value in values.items():
+        assert back[key].sharding == sharding
+        np.testing.assert_array_equal(np.asarray(back[key]), value)
+
+
+def test_object_stores_get_data_files_of_one_block() -> None:
+    """Saved to a bucket, data files (and chunks) are the size a restore reads at once, from
+    the arrays' global sizes; local checkpoints keep ``DATA_FILE_BYTES``."""
+    arrays = {"a": np.zeros((1024, 1024), np.float32), "b": np.zeros(1 << 18, np.float64)}
+    total = 4 * (1 << 20) + 8 * (1 << 18)
+    assert _format._data_file_bytes("s3://bucket/run", arrays) == _read.block_bytes(total)
+    assert _format._data_file_bytes("gs://bucket/run", arrays) == _read.block_bytes(total)
+    assert _format._data_file_bytes(Path("/tmp/run"), arrays) == _format.DATA_FILE_BYTES
+
+
 def test_partial_restore_mixes_devices_and_host(tmp_path: Path, small_blocks: None) -> None:
     """Some arrays into shardings, one as NumPy, one left out: each comes back as asked."""
     values = _values()
@@ -167,14 +201,20 @@ def test_aligned_empty_is_64_byte_aligned() -> None:
             assert arr.ctypes.data % 64 == 0
 
 
-def test_blocks_are_a_64th_of_the_data_within_4_and_32_mib() -> None:
-    """The blocks in flight and the chunk cache grow with the data, not beyond 5/64 of it."""
+def test_store_blocks_are_a_128th_of_the_data_within_2_and_32_mib() -> None:
+    """From object stores, the blocks in flight grow with the data, not beyond 1/16 of it;
+    local files keep the largest blocks and the shared chunk cache."""
     mib = 1 << 20
-    assert _read.block_bytes(1024) == 4 * mib
-    assert _read.block_bytes(256 * mib) == 4 * mib
-    assert _read.block_bytes(1024 * mib) == 16 * mib
+    assert _read.block_bytes(1024) == 2 * mib
+    assert _read.block_bytes(256 * mib) == 2 * mib
+    assert _read.block_bytes(1024 * mib) == 8 * mib
     assert _read.block_bytes(8192 * mib) == 32 * mib
-    assert _read.cache_bytes(16 * mib) == (_read.IN_FLIGHT + 1) * 16 * mib
+    remote = _read.Pace.of(1024 * mib, remote=True)
+    assert (remote.block, remote.in_flight, remote.cache) == (8 * mib, _read.STORE_IN_FLIGHT, 0)
+    assert remote.in_flight * remote.block == 1024 * mib // 16
+    local = _read.Pace.of(1024 * mib, remote=False)
+    assert local.block == _read.BLOCK_BYTES
+    assert local.cache == (_read.IN_FLIGHT + 1) * _read.BLOCK_BYTES
 
 
 @pytest.mark.parametrize("name", ["../../outside", "a..b", "", "a/b", ".", "w\x00"])

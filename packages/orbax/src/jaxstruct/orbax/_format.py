@@ -52,7 +52,7 @@ from jaxstruct.registry import SerializationError
 from . import _names, _plain, _read
 from ._bucket import OrbaxRemote, replacement
 from ._orbax_internals import STEP_METADATA_FILE, open_array_stores
-from ._read import Job, read_into_shards
+from ._read import Job, Pace, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
 from ._stores import committed, is_store_url, temporary_path_class, to_path
 
@@ -153,10 +153,25 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return stored, layouts
 
 
-#: Largest orbax data file (and so stored chunk) written. Orbax's default (2 GiB)
-#: keeps a whole checkpoint's compressed chunks in memory until the end of a save,
-#: and chunks that large make every resharded restore decode whole shards.
+#: Largest orbax data file (and so stored chunk) written to local files. Orbax's
+#: default (2 GiB) keeps a whole checkpoint's compressed chunks in memory until the
+#: end of a save, and chunks that large make every resharded restore decode whole shards.
 DATA_FILE_BYTES = 32 << 20
+
+
+def _data_file_bytes(target: Any, arrays: Mapping[str, Any]) -> int:
+    """The data file (and stored chunk) size for ``arrays`` saved at ``target``.
+
+    In an object store each data file is an object of the size the reader asks
+    for at once (``_read.block_bytes``, from the arrays' global sizes, so every
+    process chooses the same), so a restore's requests are whole objects and
+    the blocks in flight stay small beside the data.
+    """
+    if not is_store_url(target):
+        return DATA_FILE_BYTES
+    return _read.block_bytes(
+        sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in arrays.values())
+    )
 
 
 def _processes() -> Any:
@@ -217,7 +232,7 @@ def _checkpointer(handler: Any, target: Any, *, background: bool = False) -> Any
     )
 
 
-def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
+def _save_args(manifest: bytes, arrays: Mapping[str, Any], data_file_bytes: int) -> Any:
     ocp = _ocp()
     try:
         document = json.loads(manifest)
@@ -240,7 +255,7 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any]) -> Any:
         STORAGE_ITEM: ocp.args.JsonSave(storage),
     }
     if stored:
-        items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=DATA_FILE_BYTES)
+        items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=data_file_bytes)
     return ocp.args.Composite(**items)
 
 
@@ -306,7 +321,7 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
-        args = _save_args(manifest, arrays)
+        args = _save_args(manifest, arrays, _data_file_bytes(target, arrays))
         where = to_path(target)
         checkpointer = _checkpointer(_handler(compression, target), target)
         try:
@@ -327,7 +342,7 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
-        args = _save_args(manifest, _host_safe(arrays))
+        args = _save_args(manifest, _host_safe(arrays), _data_file_bytes(target, arrays))
         where = to_path(target)
         checkpointer = _checkpointer(_handler(compression, target), target, background=True)
         try:
@@ -571,16 +586,13 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         try:
             # From an object store, a block holds its response in memory while it is
             # decoded: blocks shrink with the data there. Local files keep the largest.
-            block = _read.BLOCK_BYTES
-            if is_store_url(str(self.path)):
-                block = _read.block_bytes(
-                    sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
-                )
+            total = sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
+            pace = Pace.of(total, remote=is_store_url(str(self.path)))
             opening = open_array_stores(
                 directory,
                 [self._name(key) for key in wanted],
                 use_zarr3=self.use_zarr3,
-                cache_bytes=_read.cache_bytes(block),
+                cache_bytes=pace.cache,
             )
             jobs = {}
             for key, placement in wanted.items():
@@ -593,7 +605,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
                     )
                 view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
                 jobs[key] = Job(store, tuple(shape), placement, view)
-            return read_into_shards(jobs, block)
+            return read_into_shards(jobs, pace)
         except SerializationError:
             raise
         except Exception as err:

@@ -5,15 +5,20 @@ differently from the stored chunks (resharding), each stored chunk is
 decoded once per shard it overlaps, and each shard is read into a fresh
 host buffer that JAX then copies, because it is not aligned as JAX wants.
 
-Here the stored array is read once, in blocks of whole stored chunks of at
-most :func:`block_bytes` (a block that one chunk alone exceeds is that chunk),
-at most ``IN_FLIGHT`` blocks at a time; each block is copied into the host
-buffers of the shards it overlaps. Those buffers are 64-byte aligned, so on
-CPU devices JAX adopts them without a copy: the peak is the result plus a few
-blocks. From object stores a block is 1/64 of what is read (within 4 and
-32 MiB, :func:`block_bytes`), so the blocks in flight and the chunk cache add
-5/64 of the data to the peak from 256 MiB on; local files are read in blocks
-of ``BLOCK_BYTES``. Each process reads only the blocks its own devices need.
+Here the stored array is read once, in blocks of whole stored chunks; each
+block is copied into the host buffers of the shards it overlaps. Those
+buffers are 64-byte aligned, so on CPU devices JAX adopts them without a
+copy: the peak is the result plus the blocks in flight. Each process reads
+only the blocks its own devices need. How blocks are read (:class:`Pace`):
+
+* local files: blocks of ``BLOCK_BYTES``, two in flight, and tensorstore's
+  chunk cache shared by the shards that read one block;
+* object stores: blocks of :func:`block_bytes` (1/128 of what is read,
+  within 2 and 32 MiB; the format saves chunks of that size there), eight
+  in flight, no chunk cache: a block that feeds several shards is read once
+  and copied. Tensorstore holds each response while it decodes it, so the
+  blocks in flight cost about 1/16 of the data (a 256 MiB restore from S3
+  peaked at 1.06-1.09x the data).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import numpy as np
 __all__ = [
     "BLOCK_BYTES",
     "IN_FLIGHT",
+    "STORE_IN_FLIGHT",
     "Job",
+    "Pace",
     "aligned_empty",
     "block_bytes",
     "cache_bytes",
@@ -38,25 +45,47 @@ __all__ = [
 
 #: Largest block read at once (rounded to whole stored chunks).
 BLOCK_BYTES = 32 << 20
-#: Smallest block, however little is read (fewer, larger requests to object stores).
-MIN_BLOCK_BYTES = 4 << 20
-#: Blocks being read at once.
+#: Smallest block from an object store, however little is read.
+MIN_BLOCK_BYTES = 2 << 20
+#: Blocks being read at once from local files.
 IN_FLIGHT = 2
+#: Blocks being read at once from object stores, where each request waits on the network.
+STORE_IN_FLIGHT = 8
 
 
 def block_bytes(total: int) -> int:
-    """The block size for reading ``total`` bytes: 1/64 of them, within 4 MiB and ``BLOCK_BYTES``.
+    """The block (and stored chunk) size in object stores for ``total`` bytes: 1/128 of
+    them, within 2 MiB and ``BLOCK_BYTES``.
 
-    The blocks in flight and the chunk cache (:func:`cache_bytes`) then add at
-    most 5/64 of the data to the peak (with 32 MiB blocks, a 256 MiB restore
-    from S3 peaked at 1.48x the data; with 4 MiB, 1.13x).
+    ``STORE_IN_FLIGHT`` blocks in flight then hold 1/16 of the data at most.
     """
-    return min(BLOCK_BYTES, max(MIN_BLOCK_BYTES, total // 64))
+    return min(BLOCK_BYTES, max(MIN_BLOCK_BYTES, total // 128))
 
 
 def cache_bytes(block: int) -> int:
-    """Tensorstore's chunk cache for blocks of ``block`` bytes: those in flight, and one."""
+    """Tensorstore's chunk cache for local blocks of ``block`` bytes: those in flight, and one."""
     return (IN_FLIGHT + 1) * block
+
+
+class Pace(NamedTuple):
+    """How a read goes: block size in bytes, blocks in flight, and whether tensorstore's
+    chunk cache (:func:`cache_bytes`) lets the shards reading one block share it."""
+
+    block: int
+    in_flight: int = IN_FLIGHT
+    cached: bool = True
+
+    @classmethod
+    def of(cls, total: int, *, remote: bool) -> Pace:
+        """The pace for reading ``total`` bytes from an object store or local files."""
+        if remote:
+            return cls(block_bytes(total), STORE_IN_FLIGHT, cached=False)
+        return cls(BLOCK_BYTES)
+
+    @property
+    def cache(self) -> int:
+        """Bytes of tensorstore's chunk cache for this pace."""
+        return cache_bytes(self.block) if self.cached else 0
 
 
 _ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
@@ -117,20 +146,17 @@ class Job(NamedTuple):
     view: np.dtype | None = None
 
 
-def read_into_shards(jobs: Mapping[str, Job], block: int | None = None) -> dict[str, Any]:
+def read_into_shards(jobs: Mapping[str, Job], pace: Pace | None = None) -> dict[str, Any]:
     """Read every job's array as a ``jax.Array`` with its sharding.
 
     Blocks of all the arrays go through one pipeline, so many small arrays
-    are read concurrently; ``block`` is their size in bytes (by default
-    :func:`block_bytes` of what is read). Raises whatever tensorstore raises
-    for missing or corrupt data.
+    are read concurrently, at ``pace`` (by default, that of local files).
+    Raises whatever tensorstore raises for missing or corrupt data.
     """
     import jax
 
     plans = {key: _Plan(job) for key, job in jobs.items()}
-    if block is None:
-        block = block_bytes(sum(b.nbytes for plan in plans.values() for b in plan.buffers.values()))
-    _fill(plans, block)
+    _fill(plans, pace or Pace(BLOCK_BYTES))
     out = {}
     for key, plan in plans.items():
         arrays = []
@@ -187,29 +213,29 @@ class _Plan:
                 yield need, parts
 
 
-def _fill(plans: Mapping[str, _Plan], limit: int) -> None:
-    """Read every block, at most ``IN_FLIGHT`` blocks' worth of bytes at a time.
+def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
+    """Read every block, at most ``pace.in_flight`` blocks' worth of bytes at a time.
 
-    A stored chunk larger than ``limit`` is a block of its own, and two of
-    them may be in flight: reading them one by one (the least memory) made a
-    256 MiB restore from S3 up to 1.5x slower than orbax's.
+    A stored chunk larger than the block size is a block of its own, and two
+    of them may be in flight: reading them one by one (the least memory) made
+    a 256 MiB restore from S3 up to 1.5x slower than orbax's.
 
-    A block within ``limit`` bytes (or feeding one shard only) is written by
-    tensorstore straight into each shard's buffer: the shards' reads of one
-    block share its decoded chunks in the chunk cache (:func:`cache_bytes`). A
-    larger block (a chunk bigger than the cache could hold) is read once into
-    its own array, then copied into the shards.
+    A block feeding one shard only, or (with the chunk cache) one within the
+    block size, is written by tensorstore straight into each shard's buffer:
+    the shards' reads of one block share its decoded chunks in the cache. Any
+    other block is read once into its own array, then copied into the shards.
     """
     import tensorstore as ts
 
+    limit = pace.block
     pending: collections.deque[_Pending] = collections.deque()
     in_flight = 0
     for plan in plans.values():
         for need, parts in plan.reads(limit):
             nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
-            while pending and in_flight + nbytes > IN_FLIGHT * max(limit, nbytes):
+            while pending and in_flight + nbytes > max(pace.in_flight * limit, 2 * nbytes):
                 in_flight -= pending.popleft().finish()
-            if len(parts) == 1 or nbytes <= limit:
+            if len(parts) == 1 or (pace.cached and nbytes <= limit):
                 writes = [
                     ts.array(plan.buffers[box])[_within(cut, box)].write(
                         plan.job.store[_within(cut, None)]
