@@ -33,3 +33,30 @@ def test_the_seam_answers_none_when_jax_moves(monkeypatch: pytest.MonkeyPatch) -
     arr = jax.numpy.ones(3)
     monkeypatch.delattr(lax_private, "_convert_element_type")
     assert _jax_private.weakly_typed(arr) is None
+
+
+def test_the_placement_seam_matches_jax_device_put_or_answers_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``put_like`` places host arrays as jax.device_put placed the head (uncommitted, same
+    device, no copy of aligned data), declines a committed head, and answers None without
+    XLA's batched put."""
+    import jax
+    from jax._src.lib import xla_client
+
+    hosts = [np.arange(4, dtype=np.float32) + i for i in range(3)]
+    head = jax.device_put(hosts[0])
+    placed = _jax_private.put_like(head, hosts[1:])
+    assert placed is not None
+    for host, arr in zip(hosts[1:], placed, strict=True):
+        reference = jax.device_put(host)
+        assert (arr.aval, arr.sharding, arr.committed) == (
+            reference.aval,
+            reference.sharding,
+            reference.committed,
+        )
+        np.testing.assert_array_equal(arr, host)
+    committed = jax.device_put(hosts[0], jax.devices()[0])
+    assert _jax_private.put_like(committed, hosts[1:]) is None
+    monkeypatch.delattr(xla_client, "batched_device_put")
+    assert _jax_private.put_like(head, hosts[1:]) is None

@@ -74,10 +74,11 @@ def test_batched_placement_keeps_dtypes_weak_types_and_keys(
             assert back[k].sharding == SingleDeviceSharding(jax.devices()[0])
 
 
-def test_load_places_all_host_arrays_in_one_device_put(
+def test_load_places_all_host_arrays_with_one_device_put(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ten small JAX arrays cost one jax.device_put call on load, not ten."""
+    """Ten small JAX arrays cost one jax.device_put call on load, not ten: the first array's
+    placement is reused for the others through XLA's batched put, with the same result."""
     path = jio.export({f"a{i}": jnp.arange(8.0) + i for i in range(10)}, tmp_path / "ck")
     calls: list[Any] = []
     real = jax.device_put
@@ -88,11 +89,47 @@ def test_load_places_all_host_arrays_in_one_device_put(
 
     monkeypatch.setattr(jax, "device_put", spy)
     back = jio.load(path)
-    assert len(calls) == 1 and isinstance(calls[0], list) and len(calls[0]) == 10
+    assert len(calls) == 1
+    reference = real(np.arange(8.0, dtype=np.float32))
     for i in range(10):
-        assert back[f"a{i}"].tolist() == [float(i + j) for j in range(8)]
+        arr = back[f"a{i}"]
+        assert arr.tolist() == [float(i + j) for j in range(8)]
         # Adopted without a copy: the buffer is the aligned one read from disk.
-        assert back[f"a{i}"].unsafe_buffer_pointer() % 64 == 0
+        assert arr.unsafe_buffer_pointer() % 64 == 0
+        assert (arr.aval, arr.sharding, arr.committed) == (
+            reference.aval,
+            reference.sharding,
+            reference.committed,
+        )
+        assert not arr.weak_type
+
+
+def test_batched_placement_follows_the_default_device(tmp_path: Path) -> None:
+    """Under ``jax.default_device``, every small array lands where jax.device_put puts it,
+    uncommitted, as a plain load of one array does."""
+    path = jio.export({f"a{i}": jnp.arange(4.0) + i for i in range(5)}, tmp_path / "ck")
+    device = jax.devices()[3]
+    with jax.default_device(device):
+        back = jio.load(path)
+        reference = jax.device_put(np.ones(4, np.float32))
+    for i in range(5):
+        assert back[f"a{i}"].devices() == {device} == reference.devices()
+        assert back[f"a{i}"].committed is reference.committed
+        np.testing.assert_array_equal(back[f"a{i}"], np.arange(4.0) + i)
+
+
+def test_placement_falls_back_to_jax_device_put_when_the_seam_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without XLA's batched put (a JAX that moved it), the arrays go through jax.device_put."""
+    from jaxstruct.io import _decode
+
+    monkeypatch.setattr(_decode, "put_like", lambda head, arrays: None)
+    path = jio.export({f"a{i}": jnp.arange(3.0) + i for i in range(4)}, tmp_path / "ck")
+    back = jio.load(path)
+    for i in range(4):
+        assert isinstance(back[f"a{i}"], jax.Array)
+        assert back[f"a{i}"].tolist() == [float(i + j) for j in range(3)]
 
 
 def test_batched_placement_with_a_target_keeps_the_target_shardings(
