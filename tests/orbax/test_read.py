@@ -67,35 +67,8 @@ def test_restores_every_dtype_into_every_sharding(
         np.testing.assert_array_equal(np.asarray(back[key]), value)
 
 
-@pytest.mark.parametrize("spec", ["columns", "grid", "half-replicated"])
-def test_chunks_larger_than_a_block_are_read_once_and_copied(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
-) -> None:
-    """Stored chunks bigger than a block (old checkpoints): read whole, then split exactly."""
-    monkeypatch.setattr(_read, "BLOCK_BYTES", 64)
-    shape, names, pspec = SPECS[spec]
-    values = _values()
-    rows = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
-    path = jio.export(
-        {k: jax.device_put(v, rows) for k, v in values.items()}, tmp_path / "ck", format="orbax"
-    )
-    sharding = NamedSharding(jax.make_mesh(shape, names), pspec)
-    target = {
-        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding) for k, v in values.items()
-    }
-    back = jio.load(path, target=target)
-    for key, value in values.items():
-        np.testing.assert_array_equal(np.asarray(back[key]), value)
-
-
-@pytest.mark.parametrize("spec", sorted(SPECS))
-def test_the_object_store_pace_restores_every_sharding(
-    tmp_path: Path, small_blocks: None, monkeypatch: pytest.MonkeyPatch, spec: str
-) -> None:
-    """Read as from an object store (eight blocks in flight, no chunk cache): a block that
-    feeds several shards is read once and copied, and every value comes back exact."""
-    pace = _read.Pace(2048, _read.STORE_IN_FLIGHT, cached=False)
-    monkeypatch.setattr(_read.Pace, "of", classmethod(lambda cls, total, remote: pace))
+def _resharded_roundtrip(tmp_path: Path, spec: str) -> None:
+    """Save the values sharded by rows, restore them in ``spec``'s sharding, compare exactly."""
     shape, names, pspec = SPECS[spec]
     values = _values()
     rows = NamedSharding(jax.make_mesh((8,), ("x",)), P("x"))
@@ -110,6 +83,26 @@ def test_the_object_store_pace_restores_every_sharding(
     for key, value in values.items():
         assert back[key].sharding == sharding
         np.testing.assert_array_equal(np.asarray(back[key]), value)
+
+
+@pytest.mark.parametrize("spec", ["columns", "grid", "half-replicated"])
+def test_chunks_larger_than_a_block_are_read_once_and_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    """Stored chunks bigger than a block (old checkpoints): read whole, then split exactly."""
+    monkeypatch.setattr(_read, "BLOCK_BYTES", 64)
+    _resharded_roundtrip(tmp_path, spec)
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS))
+def test_the_object_store_pace_restores_every_sharding(
+    tmp_path: Path, small_blocks: None, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    """Read as from an object store (eight blocks in flight, no chunk cache): a block that
+    feeds several shards is read once and copied, and every value comes back exact."""
+    pace = _read.Pace(2048, _read.STORE_IN_FLIGHT, cached=False)
+    monkeypatch.setattr(_read.Pace, "of", classmethod(lambda cls, total, remote: pace))
+    _resharded_roundtrip(tmp_path, spec)
 
 
 def test_object_stores_get_data_files_of_one_block() -> None:

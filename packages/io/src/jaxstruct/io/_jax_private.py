@@ -41,7 +41,7 @@ def put_like(head: Any, arrays: list[Any]) -> list[Any] | None:
     """
     try:
         from jax._src.core import ShapedArray
-        from jax._src.lib import xla_client
+        from jax._src.lib import xla_client  # pyright: ignore[reportPrivateImportUsage]
 
         put = xla_client.batched_device_put
     except (ImportError, AttributeError):  # JAX moved them
