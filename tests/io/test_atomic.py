@@ -194,6 +194,33 @@ def test_overwrite_refuses_what_is_not_a_checkpoint(make: str, tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
+def test_overwrite_knows_its_own_manifest_and_rereads_an_edited_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest this process wrote is recognised without reading it again; once someone
+    rewrites it (another identity), it is read, and a manifest that is not ours is refused."""
+    from jaxstruct.io import _builtin
+
+    path = jio.export({"w": np.ones(3)}, tmp_path / "ck")
+    opened: list[Any] = []
+    real = _builtin.open_regular
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_builtin, "open_regular", spy)
+    jio.export({"w": np.zeros(3)}, path, overwrite=True)
+    assert opened == []  # its own manifest: known by identity
+    monkeypatch.setattr(_builtin, "_WRITTEN", set())  # a new process: read to be sure
+    jio.export({"w": np.ones(3)}, path, overwrite=True)
+    assert opened == [path / "manifest.json"]
+    (path / "manifest.json").write_text(json.dumps({"name": "my web bundle"}))
+    with pytest.raises(SerializationError, match="not a jaxstruct"):
+        jio.export({"w": np.zeros(3)}, path, overwrite=True)
+    assert json.loads((path / "manifest.json").read_text()) == {"name": "my web bundle"}
+
+
 def test_concurrent_writers_exactly_one_wins(tmp_path: Path) -> None:
     """Of two writers racing to create the same checkpoint, exactly one succeeds."""
     for round_ in range(8):

@@ -28,6 +28,17 @@ def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationErr
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
+#: The manifests this process wrote, by identity (device, inode, size, modification
+#: and change times in ns): ``owns`` knows those without reading them again. An edited
+#: or replaced file has another identity and is read; a forked child inherits the set,
+#: which stays true there.
+_WRITTEN: set[tuple[int, ...]] = set()
+_WRITTEN_MAX = 1024
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
 
 def _create(path: Path) -> Any:
     return open(path, "xb", buffering=0)
@@ -104,16 +115,22 @@ class DirectoryFormat(Format):
                     fsync_all([npz.fileno(), man.fileno()], [dirfd])
                 finally:
                     os.close(dirfd)
+                if len(_WRITTEN) >= _WRITTEN_MAX:
+                    _WRITTEN.clear()
+                _WRITTEN.add(_identity(os.fstat(man.fileno())))
         step("temp-synced")
 
     def sniff(self, path: Path) -> bool:
-        return path.is_dir() and (path / MANIFEST).exists()
+        # A manifest.json found inside makes ``path`` a directory (or a link to one).
+        return os.path.exists(os.path.join(path, MANIFEST))
 
     def owns(self, path: Path) -> bool:
         """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
         try:
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return False
+            if _identity(os.lstat(path / MANIFEST)) in _WRITTEN:
+                return True  # as this process wrote it
             fd, size = open_regular(path / MANIFEST, follow=False)
         except (OSError, SerializationError):
             return False
