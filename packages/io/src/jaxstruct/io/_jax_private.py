@@ -49,7 +49,14 @@ def put_like(head: Any, arrays: list[Any]) -> list[Any] | None:
     sharding, devices = head.sharding, list(head.devices())
     if len(devices) != 1 or head.committed:
         return None
+    avals: dict[tuple[Any, ...], Any] = {}  # arrays of a model share a few shapes
+    out = []
     try:
-        return [put(ShapedArray(x.shape, x.dtype), sharding, [x], devices, False) for x in arrays]
+        for x in arrays:
+            aval = avals.get((x.shape, x.dtype))
+            if aval is None:
+                aval = avals[x.shape, x.dtype] = ShapedArray(x.shape, x.dtype)
+            out.append(put(aval, sharding, [x], devices, False))
     except (TypeError, AttributeError):  # pragma: no cover - JAX changed its signature
         return None
+    return out
