@@ -38,25 +38,29 @@ def test_the_seam_answers_none_when_jax_moves(monkeypatch: pytest.MonkeyPatch) -
 def test_the_placement_seam_matches_jax_device_put_or_answers_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``put_like`` places host arrays as jax.device_put placed the head (uncommitted, same
-    device, no copy of aligned data), declines a committed head, and answers None without
-    XLA's batched put."""
+    """``put_on_default_device`` places host arrays as jax.device_put does (uncommitted, on
+    the default device, also under ``jax.default_device``), and answers None without XLA's
+    batched put or JAX's default-device lookup."""
     import jax
-    from jax._src.lib import xla_client
+    from jax._src.interpreters import pxla
+    from jax._src.lib import xla_client  # pyright: ignore[reportPrivateImportUsage]
 
-    hosts = [np.arange(4, dtype=np.float32) + i for i in range(3)]
-    head = jax.device_put(hosts[0])
-    placed = _jax_private.put_like(head, hosts[1:])
-    assert placed is not None
-    for host, arr in zip(hosts[1:], placed, strict=True):
-        reference = jax.device_put(host)
-        assert (arr.aval, arr.sharding, arr.committed) == (
-            reference.aval,
-            reference.sharding,
-            reference.committed,
-        )
-        np.testing.assert_array_equal(arr, host)
-    committed = jax.device_put(hosts[0], jax.devices()[0])
-    assert _jax_private.put_like(committed, hosts[1:]) is None
+    hosts = [np.arange(4, dtype=np.float32) + i for i in range(3)] + [np.ones((2, 2), np.int8)]
+    for device in (None, jax.devices()[2]):
+        with jax.default_device(device):
+            placed = _jax_private.put_on_default_device(hosts)
+            references = [jax.device_put(host) for host in hosts]
+        assert placed is not None
+        for host, arr, reference in zip(hosts, placed, references, strict=True):
+            assert (arr.aval, arr.sharding, arr.committed, arr.weak_type) == (
+                reference.aval,
+                reference.sharding,
+                reference.committed,
+                reference.weak_type,
+            )
+            np.testing.assert_array_equal(arr, host)
+    monkeypatch.delattr(pxla, "get_default_device")
+    assert _jax_private.put_on_default_device(hosts) is None
+    monkeypatch.undo()
     monkeypatch.delattr(xla_client, "batched_device_put")
-    assert _jax_private.put_like(head, hosts[1:]) is None
+    assert _jax_private.put_on_default_device(hosts) is None

@@ -24,7 +24,7 @@ from jaxstruct.registry import (
 
 from ._encode import PATH_TYPES, SEQUENCE_TAGS
 from ._formats import child_names, key_label
-from ._jax_private import put_like, weakly_typed
+from ._jax_private import put_on_default_device, weakly_typed
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
@@ -168,9 +168,7 @@ class _Decoder:
         try:
             placed = None
             if all(jax.dtypes.canonicalize_dtype(x.dtype) == x.dtype for x in hosts):
-                head = jax.device_put(hosts[0])
-                rest = put_like(head, hosts[1:])
-                placed = None if rest is None else [head, *rest]
+                placed = put_on_default_device(hosts)
             if placed is None:
                 placed = jax.device_put(hosts)
         except Exception:  # one array JAX refuses: each node reports its own error
