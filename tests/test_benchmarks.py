@@ -10,6 +10,18 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+def _bench(script: str, *args: str, cwd: Path | None = None) -> str:
+    """What ``python benchmarks/SCRIPT ARGS`` prints (it must exit 0 within 5 minutes)."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=cwd,
+    ).stdout
+
+
 def test_core_benchmark_runs_and_reports_ratios() -> None:
     """A tiny run of bench_core.py prints ratio tables for every op asked for."""
     out = subprocess.run(
@@ -114,21 +126,7 @@ def test_benchmark_report_names_the_interpreter() -> None:
 
 def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
     """``run.py --orbax-only -- ARGS`` runs bench_orbax.py: its rows, each with a verdict."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "run.py"),
-            "--orbax-only",
-            "--",
-            "--gib=0.01",
-            "--small=50",
-            "--rounds=1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
+    out = _bench("run.py", "--orbax-only", "--", "--gib=0.01", "--small=50", "--rounds=1")
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
     assert [c[0].split()[0] for c in cells] == [
@@ -146,14 +144,7 @@ def test_orbax_benchmark_runs_through_run_py_and_reports_every_row() -> None:
 
 def test_orbax_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
     """bench_mesh_restore.py compares load(mesh=) with a hand-built target: time and peak."""
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_mesh_restore.py"), "--gib=0.01", "--rounds=1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        cwd=BENCH,
-    ).stdout
+    out = _bench("bench_mesh_restore.py", "--gib=0.01", "--rounds=1", cwd=BENCH)
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
     assert [c[0] for c in cells] == ["time", "peak RSS growth"], rows
@@ -162,13 +153,7 @@ def test_orbax_mesh_restore_benchmark_runs_and_reports_both_rows() -> None:
 
 def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
     """A tiny run of bench_safetensors.py prints its four targets, each with a verdict."""
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_safetensors.py"), "--gib=0.004", "--rounds=1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
+    out = _bench("bench_safetensors.py", "--gib=0.004", "--rounds=1")
     targets = out.split("### Targets", 1)[1]
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 5, rows  # the heading and four targets
@@ -178,13 +163,7 @@ def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
 def test_object_store_benchmark_starts_the_tests_server_and_reports_every_row() -> None:
     """A tiny run of bench_object_store.py starts the tests' moto server (its launcher is
     imported from tests/orbax) and prints save and restore time and peak for both sides."""
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_object_store.py"), "--mib=8", "--rounds=1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
+    out = _bench("bench_object_store.py", "--mib=8", "--rounds=1")
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
     assert rows[2:] == [
         "save time",
@@ -218,13 +197,7 @@ def test_chain_target_divides_the_chain_ratio_by_one_links() -> None:
 def test_io_small_benchmark_reports_the_floor_of_our_layout() -> None:
     """bench_io.py --only small gives both small-cycle rows and, beside them, the floor of our
     layout (its system calls alone), which says whether the targets are within the disk's reach."""
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_io.py"), "--only", "small", "--rounds=1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
+    out = _bench("bench_io.py", "--only", "small", "--rounds=1")
     rows = [line for line in out.splitlines() if line.startswith("| small checkpoint")]
     assert len(rows) == 2, out
     assert all(" pass |" in row or " FAIL |" in row for row in rows), rows
