@@ -39,7 +39,6 @@ __all__ = [
     "Pace",
     "aligned_empty",
     "block_bytes",
-    "cache_bytes",
     "read_into_shards",
 ]
 
@@ -62,14 +61,9 @@ def block_bytes(total: int) -> int:
     return min(BLOCK_BYTES, max(MIN_BLOCK_BYTES, total // 128))
 
 
-def cache_bytes(block: int) -> int:
-    """Tensorstore's chunk cache for local blocks of ``block`` bytes: those in flight, and one."""
-    return (IN_FLIGHT + 1) * block
-
-
 class Pace(NamedTuple):
     """How a read goes: block size in bytes, blocks in flight, and whether tensorstore's
-    chunk cache (:func:`cache_bytes`) lets the shards reading one block share it."""
+    chunk cache (:attr:`cache`) lets the shards reading one block share it."""
 
     block: int
     in_flight: int = IN_FLIGHT
@@ -84,8 +78,8 @@ class Pace(NamedTuple):
 
     @property
     def cache(self) -> int:
-        """Bytes of tensorstore's chunk cache for this pace."""
-        return cache_bytes(self.block) if self.cached else 0
+        """Bytes of tensorstore's chunk cache: the blocks in flight and one more (0: none)."""
+        return (self.in_flight + 1) * self.block if self.cached else 0
 
 
 _ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
@@ -146,17 +140,17 @@ class Job(NamedTuple):
     view: np.dtype | None = None
 
 
-def read_into_shards(jobs: Mapping[str, Job], pace: Pace | None = None) -> dict[str, Any]:
+def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
     """Read every job's array as a ``jax.Array`` with its sharding.
 
     Blocks of all the arrays go through one pipeline, so many small arrays
-    are read concurrently, at ``pace`` (by default, that of local files).
+    are read concurrently, at ``pace``.
     Raises whatever tensorstore raises for missing or corrupt data.
     """
     import jax
 
     plans = {key: _Plan(job) for key, job in jobs.items()}
-    _fill(plans, pace or Pace(BLOCK_BYTES))
+    _fill(plans, pace)
     out = {}
     for key, plan in plans.items():
         arrays = []
