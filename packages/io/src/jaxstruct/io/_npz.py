@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import numpy.lib.format as npy_format
 from jaxstruct.registry import SerializationError
+from zlib_ng.zlib_ng import crc32
 
 from . import _fs, _zip
 from ._formats import OpenedCheckpoint, aligned_empty
-from ._fs import crc32
 from ._schema import storage_dtype
 
 MAGIC = b"\x93NUMPY"

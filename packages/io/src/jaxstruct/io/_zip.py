@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NamedTuple
 
 from jaxstruct.registry import SerializationError
+from zlib_ng.zlib_ng import crc32, crc32_combine
 
-from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, crc32, crc32_combine, pool
+from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
