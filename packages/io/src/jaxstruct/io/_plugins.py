@@ -31,13 +31,7 @@ Key = tuple[str, Any]
 _PROJECT = "jaxstruct"
 _HOOK_PREFIX = "jaxstruct_"
 #: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
-HOOK_NAMES = tuple(
-    sorted(
-        name
-        for name, value in vars(hookspecs).items()
-        if name.startswith(_HOOK_PREFIX) and hasattr(value, f"{_PROJECT}_spec")
-    )
-)
+HOOK_NAMES = tuple(sorted(name for name in hookspecs.__all__ if name.startswith(_HOOK_PREFIX)))
 
 
 def native_reason(cls: type) -> str | None:
@@ -446,9 +440,8 @@ class PluginRegistry:
             return tables
         with self._lock:
             if self._tables is None:
-                tables = self._build()
-                self._tables = tables
-                for message in tables.messages:
+                self._tables = self._build()
+                for message in self._tables.messages:
                     warnings.warn(message, PluginWarning, stacklevel=3)
             return self._tables
 
@@ -521,9 +514,7 @@ class PluginRegistry:
                     if key not in tables.owners and key not in tables.broken:
                         tables.broken[key] = message
                 continue
-            problems: list[str] = []
-            for item in items:
-                problems += tables.merge(item, origin)
+            problems = [problem for item in items for problem in tables.merge(item, origin)]
             tables.messages += problems
             tables.plugins.append(
                 plugin_info(ep.name, dist, version, "loaded", items, problems=problems)
@@ -639,11 +630,8 @@ class PluginRegistry:
 
     def plugins(self) -> list[PluginInfo]:
         """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones."""
-        tables = self._ensure()
-        out = list(tables.plugins)
-        for item, origin in self._runtime:
-            out.append(plugin_info(origin.plugin, origin.dist, "", "loaded", [item]))
-        return out
+        runtime = [plugin_info(o.plugin, o.dist, "", "loaded", [i]) for i, o in self._runtime]
+        return [*self._ensure().plugins, *runtime]
 
     def source_of(self, kind: str, name: str) -> str:
         """Return the distribution (or description) that registered a format or codec."""
