@@ -53,7 +53,7 @@ def format_for_export(path: str, name: str | None) -> Format:
     if name is not None:
         return format_named(name)
     registry = current_registry()
-    suffix = Path(path).suffix.lower() if path else ""
+    suffix = Path(path).suffix.lower()
     if suffix:
         fmt = registry.format_for_suffix(suffix)
         if fmt is not None:
@@ -65,9 +65,7 @@ def format_for_export(path: str, name: str | None) -> Format:
                 'format= a registered format, or pass format="directory" to write a '
                 "directory checkpoint under this name"
             )
-    fmt = registry.format_named("directory")
-    assert fmt is not None
-    return fmt
+    return format_named("directory")
 
 
 def _suffix_hint(registry: Any) -> str:
@@ -126,7 +124,7 @@ def _candidates(path: Any) -> list[Format]:
         hint = (
             f"; its suffix {suffix!r} is the {owner.name!r} format's, which does not recognise it"
         )
-    elif suffix and suffix in FILE_SUFFIXES:
+    elif suffix in FILE_SUFFIXES:
         hint = f"; no registered format claims the suffix {suffix!r}{_suffix_hint(registry)}"
     else:
         more = registry.missing_hint()
@@ -212,22 +210,19 @@ def open_any(
     """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it."""
     if format is not None:
         fmt = format_named(format)
-        opened, top = _open_checked(fmt, path, limits)
-        return fmt, opened, top
+        return (fmt, *_open_checked(fmt, path, limits))
     found = _candidates(path)
     if len(found) == 1:
         fmt = found[0]
         try:
-            opened, top = _open_checked(fmt, path, limits)
+            return (fmt, *_open_checked(fmt, path, limits))
         except _ContainerMismatch as err:
             # A file of a format built on a built-in one (a zip-based container
             # without a claimed suffix): the format its manifest names reads it.
             other = current_registry().format_named(err.container)
             if other is None or other is fmt or not sniffs(other, path):
                 raise
-            opened, top = _open_checked(other, path, limits)
-            fmt = other
-        return fmt, opened, top
+            return (other, *_open_checked(other, path, limits))
     matches: list[tuple[Format, OpenedCheckpoint, dict[str, Any] | None]] = []
     for fmt in found:
         try:
@@ -289,9 +284,8 @@ def write_checked(
             f"{str(target)!r}: the {fmt.name!r} format ({source_of(fmt)}) failed in write() "
             f"({type(err).__name__}: {err}); nothing was replaced"
         ) from err
-    if not check or type(fmt) in BUILTIN_TYPES or not isinstance(target, Path):
-        return
-    check_written(fmt, target, publishing=publishing)
+    if check and type(fmt) not in BUILTIN_TYPES and isinstance(target, Path):
+        check_written(fmt, target, publishing=publishing)
 
 
 def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
