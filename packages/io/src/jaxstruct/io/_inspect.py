@@ -201,9 +201,8 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     opened.close()
     table = check_arrays_table(top["arrays"], where, lim)
     arrays = {k: (top["arrays"][k]["dtype"], shape, n) for k, (_, shape, n) in table.items()}
-    manifest = top["manifest"]
     try:
-        nodes, root = manifest["nodes"], manifest["root"]
+        nodes, root = top["manifest"]["nodes"], top["manifest"]["root"]
         if not isinstance(nodes, list) or type(root) is not int or root != len(nodes) - 1:
             raise SerializationError("the manifest root must be the index of the last node")
         tree, tree_json = _render(nodes, root, arrays)
