@@ -75,8 +75,7 @@ def _plugins(*, as_json: bool) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    names = ("max_manifest_bytes", "max_nodes")
-    limits = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    limits = {n: v for n, v in vars(args).items() if n.startswith("max_") and v is not None}
     try:
         info = inspect(args.path, **limits)
         problems, checksummed = verify_report(args.path, **limits) if args.verify else (None, False)
