@@ -340,3 +340,29 @@ def test_example_plugin_round_trips_with_assert_roundtrip(tmp_path: Path) -> Non
     assert_roundtrip(value, formats=("state_dict", "directory", "zip", "tar"), tmp_path=tmp_path)
     codecs = jio.current_registry().codecs
     assert all(n.startswith("jaxstruct_plugin_datetime.") for n in codecs if "datetime" in n)
+
+
+def _register_here(reg: PluginRegistry, codec: Codec) -> None:
+    # As register_codec() does: the registration's origin is the module two frames up.
+    reg._register_single(codec, "register_codec")
+
+
+def test_a_rerun_registration_replaces_and_a_clashing_one_changes_nothing() -> None:
+    """register_codec() run again from the same module (a re-run notebook cell) replaces its
+    earlier codec; a re-run that clashes with another codec is refused and leaves the earlier
+    one in place for every query."""
+    reg = PluginRegistry(entry_points=list)
+    first = Codec("t.money", (Money,), encode=lambda m: m.cents, decode=Money)
+    again = Codec("t.money", (Money,), encode=lambda m: m.cents, decode=Money)
+    euro = Codec("t.euro", (Euro,), encode=lambda m: m.cents, decode=Euro)
+    _register_here(reg, first)
+    _register_here(reg, again)
+    _register_here(reg, euro)
+    assert reg.codec_named("t.money") is again and reg.codecs["t.money"] is again
+    clashing = Codec("t.money", (Money, Euro), encode=lambda m: m.cents, decode=Money)
+    with pytest.raises(PluginError, match="both handle Euro"):
+        _register_here(reg, clashing)
+    assert reg.codec_named("t.money") is again and reg.codecs["t.money"] is again
+    assert reg.codec_for_type(Money) is again and reg.codec_for_type(Euro) is euro
+    runtime = [p.codecs for p in reg.plugins() if p.name == "register_codec()"]
+    assert runtime == [("t.money",), ("t.euro",)]

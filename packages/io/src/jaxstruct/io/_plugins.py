@@ -588,17 +588,15 @@ class PluginRegistry:
             caller = sys._getframe(2).f_globals.get("__name__", "?")
             origin = Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
             claims = claims_of(item)
+            # The same register_*() caller running again (a re-run notebook cell)
+            # replaces its earlier registration, once nothing else clashes.
             previous = tables.owners.get(claims[0])
-            if previous is not None and previous[1] == origin:
-                # The same register_*() call site running again (a re-run notebook
-                # cell) replaces its earlier registration instead of clashing.
-                tables.drop(previous[0])
-                self._runtime = [(i, o) for i, o in self._runtime if i is not previous[0]]
+            replaced = previous[0] if previous is not None and previous[1] == origin else None
             for key in claims:
                 if key in tables.broken:
                     raise PluginError(f"{key_text(key)} cannot be registered: {tables.broken[key]}")
                 other = tables.owners.get(key)
-                if other is not None:
+                if other is not None and other[0] is not replaced:
                     raise PluginError(
                         f"{key_text(key)} is registered by both {other[1]} and {origin}; "
                         "choose another name (or type)"
@@ -606,6 +604,9 @@ class PluginRegistry:
                         else f"{kind} {item.name!r} from {origin} and {kind} "
                         f"{other[0].name!r} from {other[1]} both handle {key[1].__qualname__}"
                     )
+            if replaced is not None:
+                tables.drop(replaced)
+                self._runtime = [(i, o) for i, o in self._runtime if i is not replaced]
             for key in claims:
                 tables.owners[key] = (item, origin)
             self._runtime.append((item, origin))
