@@ -90,17 +90,6 @@ class Resolver:
         )
 
 
-def _int(value: object) -> int:
-    if type(value) is int:
-        return value
-    if isinstance(value, str) and len(value) > 2 and value.lstrip("-").startswith("0x"):
-        try:
-            return int(value, 16)
-        except ValueError:
-            pass
-    raise _NodeError(f"malformed int {clip(repr(value))}")
-
-
 def _float(value: object) -> float:
     if type(value) is float:
         return value
@@ -276,43 +265,7 @@ class _Decoder:
             )
         return out[-1]
 
-    # -- handlers: (decoder, index, node) -> (value, children) ------------------
-
-    def resolve(self, i: int, ref: object, what: str) -> type:
-        """The class of node ``i``, with the target's class at that place vouched for."""
-        return self.resolver.resolve(ref, what, self.target.classes.get(i))
-
-    def array(self, node: list[Any], want_jax: bool) -> Any:
-        weak = want_jax and len(node) == 3 and node[2] == "weak"
-        if len(node) != 2 and not weak:
-            raise _NodeError("malformed array node")
-        arr = self._take(node[1])
-        if not isinstance(arr, np.ndarray):
-            # Already placed on devices by a restore target, or left unread by a
-            # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
-            if weak and not getattr(arr, "weak_type", True):
-                restored = _weakly_typed(arr)  # as weak as it was saved, where it was put
-                return arr if restored is None else restored
-            return arr
-        if not want_jax:
-            return arr
-        if not weak and node[1] in self.placed:
-            return self.placed[node[1]]
-        if _too_wide(arr):
-            raise _NodeError(
-                f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
-                "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
-                "before loading"
-            )
-        if weak:
-            restored = _weakly_typed(arr)
-            if restored is not None:
-                return restored
-        import jax
-
-        return jax.device_put(arr)  # an aligned host buffer is adopted without a copy
-
-    def _take(self, raw_key: object) -> Any:
+    def take(self, raw_key: object) -> Any:
         key = _str(raw_key, "array key")
         if key not in self.arrays or key not in self.meta:
             raise _NodeError(f"array {key!r} is not in the arrays table")
@@ -320,24 +273,6 @@ class _Decoder:
             raise _NodeError(f"array {key!r} is referenced twice")
         self.arrays_used.add(key)
         return self.arrays[key]
-
-    def prng_key(self, node: list[Any]) -> Any:
-        if len(node) != 3:
-            raise _NodeError("malformed prngkey node")
-        impl = _str(node[2], "PRNG implementation name")
-        data = self._take(node[1])
-        data = self.placed.get(node[1], data)
-        import jax
-
-        if isinstance(data, jax.ShapeDtypeStruct):
-            return data  # left unread by a partial restore
-        try:
-            return jax.random.wrap_key_data(data, impl=impl)
-        except Exception as err:
-            raise _NodeError(
-                f"cannot rebuild a PRNG key of implementation {impl!r} from data of shape "
-                f"{tuple(data.shape)} ({type(err).__name__}: {err})"
-            ) from None
 
 
 def _too_wide(arr: np.ndarray) -> bool:
@@ -396,6 +331,9 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
     return []
 
 
+# -- handlers: (decoder, index, node) -> (value, children) ----------------------
+
+
 def _h_none(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 1:
         raise _NodeError("malformed none node")
@@ -411,7 +349,15 @@ def _h_bool(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 def _h_int(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError("malformed int node")
-    return _int(node[1]), []
+    value = node[1]
+    if type(value) is int:
+        return value, []
+    if isinstance(value, str) and len(value) > 2 and value.lstrip("-").startswith("0x"):
+        try:
+            return int(value, 16), []
+        except ValueError:
+            pass
+    raise _NodeError(f"malformed int {clip(repr(value))}")
 
 
 def _h_float(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -475,7 +421,7 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed namedtuple node")
-    cls = d.resolve(i, node[1], "namedtuple")
+    cls = d.resolver.resolve(node[1], "namedtuple", d.target.classes.get(i))
     if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not a namedtuple class")
     kids = d.children(i, node[2])
@@ -490,7 +436,7 @@ def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]
 def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed enum node")
-    cls = d.resolve(i, node[1], "enum")
+    cls = d.resolver.resolve(node[1], "enum", d.target.classes.get(i))
     if not issubclass(cls, enum.Enum):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not an Enum")
     name = _str(node[2], "enum member name")
@@ -516,11 +462,54 @@ def _h_npscalar(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 
 def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    return d.array(node, want_jax=node[0] == "jaxarray"), []
+    want_jax = node[0] == "jaxarray"
+    weak = want_jax and len(node) == 3 and node[2] == "weak"
+    if len(node) != 2 and not weak:
+        raise _NodeError("malformed array node")
+    arr = d.take(node[1])
+    if not isinstance(arr, np.ndarray):
+        # Already placed on devices by a restore target, or left unread by a
+        # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
+        if weak and not getattr(arr, "weak_type", True):
+            restored = _weakly_typed(arr)  # as weak as it was saved, where it was put
+            return (arr if restored is None else restored), []
+        return arr, []
+    if not want_jax:
+        return arr, []
+    if not weak and node[1] in d.placed:
+        return d.placed[node[1]], []
+    if _too_wide(arr):
+        raise _NodeError(
+            f"it was a 64-bit JAX array ({arr.dtype}) but jax_enable_x64 is off, and loading "
+            "never narrows silently; enable it with jax.config.update('jax_enable_x64', True) "
+            "before loading"
+        )
+    if weak:
+        restored = _weakly_typed(arr)
+        if restored is not None:
+            return restored, []
+    import jax
+
+    return jax.device_put(arr), []  # an aligned host buffer is adopted without a copy
 
 
 def _h_prngkey(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    return d.prng_key(node), []
+    if len(node) != 3:
+        raise _NodeError("malformed prngkey node")
+    impl = _str(node[2], "PRNG implementation name")
+    data = d.take(node[1])
+    data = d.placed.get(node[1], data)
+    import jax
+
+    if isinstance(data, jax.ShapeDtypeStruct):
+        return data, []  # left unread by a partial restore
+    try:
+        return jax.random.wrap_key_data(data, impl=impl), []
+    except Exception as err:
+        raise _NodeError(
+            f"cannot rebuild a PRNG key of implementation {impl!r} from data of shape "
+            f"{tuple(data.shape)} ({type(err).__name__}: {err})"
+        ) from None
 
 
 def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -533,7 +522,7 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     ):
         raise _NodeError("malformed struct node")
     ref, stored_version, fields = node[1], node[2], node[3]
-    cls = d.resolve(i, ref, "struct")
+    cls = d.resolver.resolve(ref, "struct", d.target.classes.get(i))
     try:
         spec = resolve_pytree_spec(cls)
     except ClassReferenceError:
@@ -618,18 +607,37 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if not (len(node) == 5 or named) or node[2] not in ("s", "a", "j"):
         raise _NodeError("malformed pytree node")
     ref, mode = node[1], node[2]
-    cls = d.resolve(i, ref, "pytree")
-    if mode == "j":
-        return _foreign_node(d, i, node, cls)
-    try:
-        spec = resolve_pytree_spec(cls)
-    except ClassReferenceError:
+    cls = d.resolver.resolve(ref, "pytree", d.target.classes.get(i))
+    if mode == "j":  # a class registered with JAX only, rebuilt by its own unflatten
         spec = None
-    if spec is None or spec.kind == "struct":
-        raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a registered pytree type")
+        if is_registered_pytree_type(cls):
+            # Structs and jaxstruct-registered types are rebuilt with their checks
+            # (converters, validators, deserializers), never through raw unflatten.
+            raise _NodeError(
+                f"{ref!r} is registered with jaxstruct, but the file stores it as a plain JAX "
+                "pytree node; a checkpoint written by jaxstruct never does that"
+            )
+    else:
+        try:
+            spec = resolve_pytree_spec(cls)
+        except ClassReferenceError:
+            spec = None
+        if spec is None or spec.kind == "struct":
+            raise _NodeError(f"{ref!r} resolved to {cls!r}, which is not a registered pytree type")
     kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
     payload = d.out[kids[0]]
     children = [d.out[c] for c in kids[1:]]
+    if spec is None:
+        try:
+            value = unflatten_node(cls, payload, children)
+        except TypeError as err:
+            raise _NodeError(str(err)) from None
+        if type(value) is not cls:
+            raise _NodeError(
+                f"the registered unflatten of {ref!r} returned {type(value).__name__}, "
+                f"not {cls.__qualname__}"
+            )
+        return value, kids
     if mode == "s":
         if spec.deserializer is None:
             raise _NodeError(
@@ -642,29 +650,6 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if not isinstance(value, cls):
         raise _NodeError(
             f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
-        )
-    return value, kids
-
-
-def _foreign_node(d: _Decoder, i: int, node: list[Any], cls: type) -> tuple[Any, list[int]]:
-    """A node of a class registered with JAX only, rebuilt by its own unflatten."""
-    if is_registered_pytree_type(cls):
-        # Structs and jaxstruct-registered types are rebuilt with their checks
-        # (converters, validators, deserializers), never through raw unflatten.
-        raise _NodeError(
-            f"{node[1]!r} is registered with jaxstruct, but the file stores it as a plain JAX "
-            "pytree node; a checkpoint written by jaxstruct never does that"
-        )
-    kids = d.children(i, [node[3], *node[4]] if isinstance(node[4], list) else None)
-    aux = d.out[kids[0]]
-    try:
-        value = unflatten_node(cls, aux, [d.out[c] for c in kids[1:]])
-    except TypeError as err:
-        raise _NodeError(str(err)) from None
-    if type(value) is not cls:
-        raise _NodeError(
-            f"the registered unflatten of {node[1]!r} returned {type(value).__name__}, "
-            f"not {cls.__qualname__}"
         )
     return value, kids
 
