@@ -94,6 +94,7 @@ _NUMPY_STR = re.compile(
 
 
 _NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
+_PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
 
 
 def dtype_name(dtype: np.dtype, where: object) -> str:
@@ -101,13 +102,6 @@ def dtype_name(dtype: np.dtype, where: object) -> str:
     found = _NAMES.get(dtype)
     if found is not None:
         return found
-    name = _checked_name(dtype, where)
-    if len(_NAMES) < 1024:
-        _NAMES[dtype] = name
-    return name
-
-
-def _checked_name(dtype: np.dtype, where: object) -> str:
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise SerializationError(
             f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
@@ -120,36 +114,28 @@ def _checked_name(dtype: np.dtype, where: object) -> str:
                 f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
                 f"supported; supported extension dtypes are {sorted(_ML_NAMES)}"
             )
-        return dtype.name
-    name = dtype.str
-    if not _NUMPY_STR.match(name):
-        raise SerializationError(
-            f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is not "
-            "supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
-        )
+        name = dtype.name
+    else:
+        name = dtype.str
+        if not _NUMPY_STR.match(name):
+            raise SerializationError(
+                f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is "
+                "not supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
+            )
+    if len(_NAMES) < 1024:
+        _NAMES[dtype] = name
     return name
 
 
 def parse_dtype(name: object, where: str) -> np.dtype:
     """Return the dtype a manifest names, without evaluating anything the file controls."""
-    if type(name) is str:
-        found = _PARSED.get(name)
-        if found is not None:
-            return found
-    dtype = _parsed(name, where)
-    if len(_PARSED) < 1024:
-        _PARSED[name] = dtype  # pyright: ignore[reportArgumentType]  # only str names get here
-    return dtype
-
-
-_PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
-
-
-def _parsed(name: object, where: str) -> np.dtype:
     if not isinstance(name, str):
         raise SerializationError(
             f"{where}: expected a dtype name string, got {type(name).__name__}"
         )
+    found = _PARSED.get(name)
+    if found is not None:
+        return found
     if name in _ML_NAMES:
         try:
             import ml_dtypes
@@ -163,15 +149,18 @@ def _parsed(name: object, where: str) -> np.dtype:
             raise SerializationError(
                 f"{where}: the installed ml_dtypes has no dtype {name!r}; upgrade ml_dtypes"
             )
-        return np.dtype(scalar)
-    if not _NUMPY_STR.match(name):
-        raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
-    try:
-        dtype = np.dtype(name)
-    except (TypeError, ValueError) as err:
-        raise SerializationError(f"{where}: invalid dtype name {name!r} ({err})") from None
-    if dtype.hasobject or dtype.fields is not None:
-        raise SerializationError(f"{where}: dtype {name!r} is not allowed")
+        dtype = np.dtype(scalar)
+    else:
+        if not _NUMPY_STR.match(name):
+            raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
+        try:
+            dtype = np.dtype(name)
+        except (TypeError, ValueError) as err:
+            raise SerializationError(f"{where}: invalid dtype name {name!r} ({err})") from None
+        if dtype.hasobject or dtype.fields is not None:
+            raise SerializationError(f"{where}: dtype {name!r} is not allowed")
+    if len(_PARSED) < 1024:
+        _PARSED[name] = dtype
     return dtype
 
 
