@@ -54,18 +54,6 @@ def saved_sharding(arr: Any) -> SavedSharding | None:
     return SavedSharding(tuple(spec), mesh)
 
 
-def _entry_on(entry: SpecEntry, mesh_axes: set[str]) -> tuple[SpecEntry, list[str]]:
-    """``entry`` restricted to ``mesh_axes``, and the names it lost."""
-    if entry is None:
-        return None, []
-    names = (entry,) if isinstance(entry, str) else entry
-    kept = tuple(n for n in names if n in mesh_axes)
-    lost = [n for n in names if n not in mesh_axes]
-    if not kept:
-        return None, lost
-    return (kept[0] if isinstance(entry, str) else kept), lost
-
-
 def mesh_placements(
     saved: Mapping[str, SavedSharding | None] | None,
     keys: Iterable[str],
@@ -92,14 +80,16 @@ def mesh_placements(
         record = saved.get(key)
         entries: list[SpecEntry] = []
         for entry in record.spec if record is not None else ():
-            kept, lost = _entry_on(entry, mesh_axes)
+            names = (entry,) if isinstance(entry, str) else entry or ()
+            lost = [n for n in names if n not in mesh_axes]
             if lost and strict:
                 raise SerializationError(
                     f"{where}: array {key!r} was saved sharded along mesh axes {lost}, which "
                     f"the given mesh (axes {list(mesh.axis_names)}) lacks; pass "
                     "strict_mesh=False to replicate along them, or a mesh with those axes"
                 )
-            entries.append(kept)
+            kept = tuple(n for n in names if n in mesh_axes)
+            entries.append((kept[0] if isinstance(entry, str) else kept) if kept else None)
         out[key] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*entries))
     return out
 
@@ -280,19 +270,6 @@ def _unstored_values(target: Any) -> dict[str, Any]:
     return out
 
 
-def _vouch(match: TargetMatch, index: int, node: list[Any], sub: Any) -> None:
-    """Record the class (and unstored fields) ``sub`` vouches for at node ``index``."""
-    cls = type(sub)
-    ref = node[1] if len(node) > 1 else None
-    if not isinstance(ref, str) or _ref_of(cls) != ref:
-        return
-    match.classes[index] = cls
-    if node[0] == "struct" and is_struct_class(cls):
-        supplied = _unstored_values(sub)
-        if supplied:
-            match.supplied[index] = supplied
-
-
 def match_target(
     nodes: list[Any], root: object, table: Mapping[str, ArraySpec], target: Any, where: str
 ) -> TargetMatch:
@@ -326,8 +303,13 @@ def match_target(
                 if callable(sub) and not isinstance(sub, type):
                     match.leaves[index] = sub
                 continue
-            if node[0] in _CLASS_TAGS:
-                _vouch(match, index, node, sub)
+            cls = type(sub)
+            if node[0] in _CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
+                match.classes[index] = cls  # the target vouches for the class stored here
+                if node[0] == "struct" and is_struct_class(cls):
+                    supplied = _unstored_values(sub)
+                    if supplied:
+                        match.supplied[index] = supplied
             kids = _children_of(sub, node, nodes, path, where)
         except (IndexError, TypeError, AttributeError, KeyError):
             continue  # malformed: the decoder names it
