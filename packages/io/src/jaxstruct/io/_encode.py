@@ -244,8 +244,12 @@ class _Encoder:
         foreign = flatten_named(value)
         if foreign is not None:
             return self._foreign(value, path, *foreign)
-        if _is_code(value):
-            if _inside_foreign(path):
+        if (
+            inspect.isroutine(value)
+            or isinstance(value, functools.partial)
+            or (callable(value) and hasattr(value, "__wrapped__") and not isinstance(value, type))
+        ):  # a function (or a wrapped one), which checkpoints never store
+            if _ancestor(path, "foreign") is not None:
                 name = _code_name(value)
                 return (lambda ch: ["callable", name]), []
             raise _code_error(value, path)
@@ -283,7 +287,12 @@ class _Encoder:
             # One letter per field: n(ode), s(tatic) or o(paque), for readers such
             # as ``jaxstruct inspect`` that never import the class.
             kinds = "".join(f.kind.value[0] for f in stored)
-            version = _struct_version(cls)
+            version = getattr(cls, "__struct_version__", 0)
+            if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+                raise SerializationError(
+                    f"{cls.__qualname__}.__struct_version__ must be a non-negative int, got "
+                    f"{version!r}"
+                )
             items = [(getattr(value, n), _Path(path, "field", n)) for n in names]
 
             def finish_struct(ch: list[int]) -> list[Any]:
@@ -307,38 +316,23 @@ class _Encoder:
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
 
 
-def _is_code(value: Any) -> bool:
-    """Whether ``value`` is a function (or a wrapped one), which checkpoints never store."""
-    return (
-        inspect.isroutine(value)
-        or isinstance(value, functools.partial)
-        or (callable(value) and hasattr(value, "__wrapped__") and not isinstance(value, type))
-    )
-
-
 def _code_name(value: Any) -> str:
     func = getattr(value, "func", value)  # a partial names the function it wraps
     module = getattr(func, "__module__", None) or "?"
     return f"{module}:{getattr(func, '__qualname__', type(func).__qualname__)}"
 
 
-def _inside_foreign(path: _Path) -> bool:
+def _ancestor(path: _Path, kind: str) -> _Path | None:
+    """The nearest step of ``kind`` on ``path`` (itself included), or ``None``."""
     node: _Path | None = path
-    while node is not None:
-        if node.kind == "foreign":
-            return True
+    while node is not None and node.kind != kind:
         node = node.parent
-    return False
+    return node
 
 
 def _code_error(value: Any, path: _Path) -> SerializationError:
     """The error for a function met outside other libraries' nodes: name the field to skip."""
-    field = None
-    node: _Path | None = path
-    while node is not None and field is None:
-        if node.kind == "field":
-            field = node
-        node = node.parent
+    field = _ancestor(path, "field")
     where = (
         f"it belongs to the struct field at {field}, so declare that field with serialize=False "
         "(js.field(static=True, default=None, serialize=False)): it is then not stored, and "
@@ -351,15 +345,6 @@ def _code_error(value: Any, path: _Path) -> SerializationError:
         f"cannot export the value at {path}: it is the function {_code_name(value)!r}, and "
         f"checkpoints store data, never code; {where}"
     )
-
-
-def _struct_version(cls: type) -> int:
-    version = getattr(cls, "__struct_version__", 0)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise SerializationError(
-            f"{cls.__qualname__}.__struct_version__ must be a non-negative int, got {version!r}"
-        )
-    return version
 
 
 def encode_state(obj: Any) -> dict[str, Any]:
