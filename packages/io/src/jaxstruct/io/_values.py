@@ -127,20 +127,6 @@ def unflatten_node(cls: type, aux: Any, children: Sequence[Any]) -> Any:
     return treedef.unflatten(list(children))
 
 
-def is_node_class(cls: type) -> bool:
-    """Whether ``cls`` is registered as a pytree node with JAX (tried with no children)."""
-    import jax
-
-    make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
-    if make is None:  # older JAX: such nodes cannot be rebuilt (see unflatten_node)
-        return False
-    try:
-        make(jax.tree_util.default_registry, (cls, None), [])
-    except (ValueError, TypeError, RuntimeError):  # RuntimeError: an unregistered type
-        return False
-    return True
-
-
 def imported_node_class(ref: str) -> type | None:
     """The JAX pytree node class ``ref`` names in an already imported module, else ``None``."""
     module_name, _, qualname = ref.partition(":")
@@ -154,4 +140,13 @@ def imported_node_class(ref: str) -> type | None:
             return None
     if not isinstance(obj, type) or obj.__module__ != module_name:
         return None
-    return obj if is_node_class(obj) else None
+    import jax
+
+    make = getattr(jax.tree_util.PyTreeDef, "from_node_data_and_children", None)
+    if make is None:  # older JAX: such nodes cannot be rebuilt (see unflatten_node)
+        return None
+    try:  # registered as a pytree node with JAX? (tried with no children)
+        make(jax.tree_util.default_registry, (obj, None), [])
+    except (ValueError, TypeError, RuntimeError):  # RuntimeError: an unregistered type
+        return None
+    return obj
