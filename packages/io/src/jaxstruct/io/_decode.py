@@ -174,12 +174,10 @@ class _Decoder:
                 if isinstance(child, int) and child not in parents:
                     parents[child] = (i, label)
         parts: list[str] = []
-        seen = 0
-        while index in parents and seen < 10_000:
+        while index in parents and len(parts) < 10_000:
             index, label = parents[index]
             parts.append(label)
-            seen += 1
-        if seen >= 10_000:
+        if len(parts) >= 10_000:
             return "root...(deep)" + "".join(reversed(parts[:20]))
         return (
             "root" + "".join(reversed(parts)) if index == len(self.nodes) - 1 else f"node {index}"
