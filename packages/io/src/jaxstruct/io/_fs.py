@@ -475,7 +475,9 @@ def publish(
     ``check_existing`` refuses an existing ``target`` that may not be replaced and
     returns whether one exists; ``checked``: the caller has already called it.
     """
-    exists = os.path.lexists(target) if checked else check_existing()
+    # ``checked``: the caller saw our checkpoint there; if it has vanished since,
+    # the swap below finds out and publishes as new.
+    exists = checked or check_existing()
     checked = exists
     if not exists:
         _make_parents(target.parent)
@@ -491,6 +493,7 @@ def publish(
         checked = check_existing()
     tmp = temp_sibling(target)
     old: Path | None = None
+    moved = False  # whether tmp is in place (then nothing of it is left to remove)
     try:
         try:
             write(tmp)
@@ -503,11 +506,13 @@ def publish(
                     check_existing()  # someone else created it during this export
                 try:
                     old = exchange(tmp, target)
+                    moved = True
                     break
                 except FileNotFoundError:
                     continue  # it vanished again: publish as new
             try:
                 rename_noreplace(tmp, target)
+                moved = True
                 break
             except FileExistsError:
                 if not overwrite:
@@ -529,10 +534,10 @@ def publish(
     finally:
         # On failure, the half-written temporary (or the old checkpoint, if a
         # failure came before its deletion). The target itself is never touched here.
-        if old is None:
-            remove(tmp)
-        else:
+        if old is not None:
             _remove_old(old)
+        elif not moved:
+            remove(tmp)
     step("done")
 
 
