@@ -555,3 +555,77 @@ def test_a_directory_format_writing_a_file_is_refused(
     assert path.is_dir()
     np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.fm"]
+
+
+class _Reading(jio.Format):
+    """A file format whose read_arrays() misbehaves as ``mode`` says."""
+
+    name = "t-reading"
+    suffixes = (".treading",)
+    is_directory = False
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        held = {k: np.asarray(v) for k, v in arrays.items()}
+        _Reading.stored[str(target)] = (manifest, held)
+        Path(target).write_bytes(b"TREAD")
+
+    def sniff(self, path: Any) -> bool:
+        return Path(path).read_bytes()[:5] == b"TREAD"
+
+    def open(self, path: Any, limits: Any) -> jio.OpenedCheckpoint:
+        manifest, held = next(iter(_Reading.stored.values()))
+        mode = self.mode
+
+        class Opened(jio.OpenedCheckpoint):
+            def read_arrays(self, table: Any, wanted: Any) -> Any:
+                out = {k: held[k] for k in wanted}
+                if mode == "shape":
+                    return {k: v.reshape(-1)[:1] for k, v in out.items()}
+                if mode == "dtype":
+                    return {k: v.astype(np.float16) for k, v in out.items()}
+                if mode == "missing":
+                    return {}
+                if mode == "list":
+                    return list(out.values())
+                if mode == "raise":
+                    raise RuntimeError("read gremlin")
+                return out
+
+        opened = Opened()
+        opened.manifest = manifest
+        return opened
+
+    stored: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("shape", r"read array 'a0' as float64 \(1,\), but the checkpoint stores float64 \(2, 3\)"),
+        ("dtype", r"read array 'a0' as float16 \(2, 3\)"),
+        ("missing", r"read array 'a0' as nothing"),
+        ("list", r"returned list from read_arrays\(\)"),
+        ("raise", r"failed in read_arrays\(\) \(RuntimeError: read gremlin\)"),
+    ],
+)
+def test_a_formats_wrong_read_is_our_error_never_wrong_data(
+    tmp_path: Path, use: Callable[..., PluginRegistry], mode: str, says: str
+) -> None:
+    """What a plugin format's read_arrays() gives is checked against the manifest: a wrong
+    shape, dtype, a missing array or its own exception is a SerializationError naming it."""
+    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(_Reading(mode))))
+    _Reading.stored.clear()
+    path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
+    with pytest.raises(SerializationError, match=says) as info:
+        jio.load(path)
+    assert "'t-reading' format" in str(info.value) and "dist-reading" in str(info.value)
+
+
+def test_a_formats_right_read_loads(tmp_path: Path, use: Callable[..., PluginRegistry]) -> None:
+    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(_Reading("ok"))))
+    _Reading.stored.clear()
+    path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
+    np.testing.assert_array_equal(jio.load(path)["w"], np.arange(6.0).reshape(2, 3))

@@ -14,7 +14,7 @@ from jaxstruct.registry import SerializationError
 from . import _async, _fs, _multihost
 from ._async import ExportHandle
 from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
-from ._detect import format_for_export, is_checkpoint, open_any, write_checked
+from ._detect import format_for_export, is_checkpoint, open_any, read_checked, write_checked
 from ._encode import encode_state
 from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, RemoteDirectory
 from ._plain import Rename, load_plain
@@ -497,7 +497,7 @@ def load(
     fmt, opened, top = _open_or_parked(where_path, lim, format)
     if top is None:
         try:
-            return load_plain(opened, target=target, rename=rename, select=select, where=where)
+            return load_plain(fmt, opened, target=target, rename=rename, select=select, where=where)
         finally:
             opened.close()
     try:
@@ -544,7 +544,7 @@ def load(
                 picked = _selected_keys(select, skeleton, stand_ins, where)
                 wanted = {k: wanted[k] for k in wanted if k in picked}
                 stand_ins = {k: v for k, v in stand_ins.items() if k not in wanted}
-        arrays = opened.read_arrays(table, wanted)
+        arrays = read_checked(fmt, opened, table, wanted, where)
     finally:
         opened.close()
     if stand_ins:

@@ -288,6 +288,49 @@ def write_checked(
         check_written(fmt, target, publishing=publishing)
 
 
+def read_checked(
+    fmt: Format,
+    opened: OpenedCheckpoint,
+    table: Mapping[str, Any],
+    wanted: Mapping[str, Any],
+    where: str,
+) -> dict[str, Any]:
+    """Call ``opened.read_arrays`` and (for a plugin's format) check that it gave every
+    wanted array with the stored shape and dtype: a plugin's bug never reaches the user
+    as wrong data or a foreign exception."""
+    if type(fmt) in BUILTIN_TYPES:  # their readers check every member themselves
+        return opened.read_arrays(table, wanted)
+    who = f"the {fmt.name!r} format ({source_of(fmt)})"
+    try:
+        arrays = opened.read_arrays(table, wanted)
+    except (OSError, StructError):
+        raise
+    except Exception as err:
+        raise SerializationError(
+            f"{where}: {who} failed in read_arrays() ({type(err).__name__}: {err})"
+        ) from err
+    if not isinstance(arrays, Mapping):
+        raise SerializationError(
+            f"{where}: {who} returned {type(arrays).__name__} from read_arrays(); a format "
+            "must return a dict of the wanted keys"
+        )
+    for key in wanted:
+        arr = arrays.get(key)
+        dtype, shape = table[key][0], tuple(table[key][1])
+        got = (getattr(arr, "dtype", None), tuple(getattr(arr, "shape", ())))
+        if got[0] != dtype and wanted[key] is not None:  # placed: as JAX keeps the dtype
+            import jax
+
+            dtype = jax.dtypes.canonicalize_dtype(dtype)
+        if arr is None or got[1] != shape or got[0] != dtype:
+            what = "nothing" if arr is None else f"{got[0]} {got[1]}"
+            raise SerializationError(
+                f"{where}: {who} read array {key!r} as {what}, but the checkpoint stores "
+                f"{dtype} {shape}; the format's read_arrays() is wrong (report it to its authors)"
+            )
+    return dict(arrays)
+
+
 def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
     """Refuse what a format's ``write`` made at ``path`` if it breaks the contract."""
     who = f"the {fmt.name!r} format ({source_of(fmt)})"

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from ._formats import ArraySpec, OpenedCheckpoint, escape_step
+from ._detect import read_checked
+from ._formats import ArraySpec, Format, OpenedCheckpoint, escape_step
 
 #: ``rename=``: stored tensor name -> leaf name (a missing name is kept), or a function
 #: returning the leaf name, or ``None`` to ignore that tensor.
@@ -91,6 +92,7 @@ def _picked_leaves(select: Callable[[Any], Any], treedef: Any, count: int, where
 
 
 def load_plain(
+    fmt: Format,
     opened: OpenedCheckpoint,
     *,
     target: Any,
@@ -163,7 +165,7 @@ def load_plain(
             )
         wanted[name] = None if isinstance(leaf, np.ndarray) else getattr(leaf, "sharding", None)
     table = {name: tensors[name] for name in wanted}
-    arrays = opened.read_arrays(table, wanted)
+    arrays = read_checked(fmt, opened, table, wanted, where)
     leaves = [
         arrays[tensor_of[i]] if i in wanted_leaves else leaf for i, (_, leaf) in enumerate(flat)
     ]
