@@ -391,3 +391,31 @@ def test_load_cls_resolves_a_renamed_class(tmp_path) -> None:
         jio.from_state_dict(payload)
     assert type(jio.from_state_dict(payload, load_cls=Inner)) is Inner
     assert type(jio.from_state_dict(payload, load_cls={"somewhere.else:OldName": Inner})) is Inner
+
+
+class _Perm(enum.Flag):
+    R = 1
+    W = 2
+    X = 4
+
+
+class _Bits(enum.IntFlag, boundary=enum.KEEP):
+    A = 1
+    B = 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [_Perm.R, _Perm.R | _Perm.W, _Perm.R | _Perm.W | _Perm.X, _Perm(0), _Bits.A | _Bits.B],
+)
+def test_flag_combinations_round_trip(tmp_path: pathlib.Path, value: enum.Flag) -> None:
+    """A combination of flags (or none of them) loads back as the same value."""
+    out = jio.load(jio.export({"perm": value}, tmp_path / "ck.zip"))["perm"]
+    assert out == value and type(out) is type(value)
+    assert jio.from_state_dict(jio.to_state_dict([value])) == [value]
+
+
+def test_a_flag_with_unnamed_bits_is_refused_at_export(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(SerializationError, match=r"holds bits no member of _Bits names"):
+        jio.export({"bits": _Bits(8 | 1)}, tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()

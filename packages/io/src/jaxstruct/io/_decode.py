@@ -439,6 +439,13 @@ def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not an Enum")
     name = _str(node[2], "enum member name")
     member = cls.__members__.get(name)
+    if member is None and issubclass(cls, enum.Flag):  # a combination: "R|W", or "" for none
+        member = cls(0)
+        for part in name.split("|") if name else ():
+            flag = cls.__members__.get(part)
+            if flag is None:
+                raise _NodeError(f"flag {cls.__qualname__} has no member {part!r}")
+            member |= flag
     if member is None:
         raise _NodeError(f"enum {cls.__qualname__} has no member {name!r}")
     return member, []

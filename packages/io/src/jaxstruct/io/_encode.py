@@ -7,6 +7,7 @@ import enum
 import functools
 import inspect
 import math
+import operator
 import pathlib
 import struct
 import sys
@@ -201,7 +202,7 @@ class _Encoder:
         if jax is not None and isinstance(value, jax.Array):
             return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
-            return ["enum", _remember_class(cls), value.name]
+            return ["enum", _remember_class(cls), _member_name(value, path)]
         if PATH_TYPES.get(cls.__name__) is cls:
             return ["path", cls.__name__, str(value)]
         return None
@@ -314,6 +315,20 @@ class _Encoder:
         items = [(payload, _Path(path, "text", ".<payload>"))]
         items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+
+
+def _member_name(value: enum.Enum, path: _Path) -> str:
+    """An enum member's name; a combination of flags is its members' names joined by ``|``."""
+    name = value.name
+    if isinstance(value, enum.Flag) and name not in type(value).__members__:
+        parts = list(value)  # the named flags it is made of
+        if functools.reduce(operator.or_, parts, type(value)(0)) != value:
+            raise SerializationError(
+                f"cannot export the value at {path}: the flag {value!r} holds bits no member of "
+                f"{type(value).__qualname__} names; store int(value) instead, or name those bits"
+            )
+        name = "|".join(str(member.name) for member in parts)
+    return str(name)
 
 
 def _code_name(value: Any) -> str:
