@@ -59,7 +59,10 @@ class Resolver:
             )
         if isinstance(allow_imports, str):
             allow_imports = (allow_imports,)
-        self.allow = tuple(allow_imports)
+        try:
+            self.allow = tuple(allow_imports or ())
+        except TypeError:
+            raise TypeError(f"allow_imports expected module names, got {allow_imports!r}") from None
         for name in self.allow:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"allow_imports expected module names, got {name!r}")
