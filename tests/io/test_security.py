@@ -209,6 +209,6 @@ def test_user_code_errors_become_serialization_errors() -> None:
 
 def test_allow_imports_none_allows_nothing_and_a_non_list_is_named(tmp_path: Path) -> None:
     path = jio.export({"w": 1}, tmp_path / "ck")
-    assert jio.load(path, allow_imports=None) == {"w": 1}  # pyright: ignore[reportArgumentType]
+    assert jio.load(path, allow_imports=None) == {"w": 1}
     with pytest.raises(TypeError, match="allow_imports expected module names, got 3"):
         jio.load(path, allow_imports=3)  # pyright: ignore[reportArgumentType]

@@ -413,7 +413,7 @@ def load(
     target: Any = None,
     select: Callable[[Any], Any] | None = None,
     load_cls: Any = None,
-    allow_imports: Iterable[str] = (),
+    allow_imports: Iterable[str] | None = (),
     mesh: Any = None,
     strict_mesh: bool = False,
     rename: Rename | None = None,

@@ -40,7 +40,7 @@ class _NodeError(Exception):
 class Resolver:
     """Turns class references into classes, following the loading rules."""
 
-    def __init__(self, load_cls: Any, allow_imports: Iterable[str]) -> None:
+    def __init__(self, load_cls: Any, allow_imports: Iterable[str] | None) -> None:
         self.overrides: dict[str, type] = {}
         self.root_cls: type | None = None
         if isinstance(load_cls, type):

@@ -55,7 +55,7 @@ def from_state_dict(
     payload: Mapping[str, Any],
     *,
     load_cls: Any = None,
-    allow_imports: Iterable[str] = (),
+    allow_imports: Iterable[str] | None = (),
     **limits: int,
 ) -> Any:
     """Rebuild the value a state dict describes.
