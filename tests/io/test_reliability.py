@@ -315,3 +315,29 @@ def test_parked_checkpoint_of_another_host_is_read_not_moved(tmp_path: Path) -> 
     assert jio.load(target) == {"tag": "old"}
     jio.export({"tag": "new"}, target)
     assert parked.exists() and jio.load(target) == {"tag": "new"}
+
+
+def test_a_load_racing_an_overwrite_retries_instead_of_calling_it_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory swapped by an overwrite while load looks at it (between the formats'
+    recognisers) is opened again, not reported as "not a checkpoint"."""
+    from jaxstruct.io._builtin import DirectoryFormat
+
+    target, newer = tmp_path / "ck", tmp_path / "newer"
+    jio.export({"v": "old"}, target)
+    jio.export({"v": "new"}, newer)
+    sniff = DirectoryFormat.sniff
+    calls = []
+
+    def racing_sniff(self: DirectoryFormat, path: Path) -> bool:
+        if not calls:  # the first look: an overwrite swaps the directory meanwhile
+            os.rename(target, tmp_path / "gone")
+            os.rename(newer, target)
+            calls.append(path)
+            return False
+        return sniff(self, path)
+
+    monkeypatch.setattr(DirectoryFormat, "sniff", racing_sniff)
+    assert jio.load(target) == {"v": "new"}
+    assert calls

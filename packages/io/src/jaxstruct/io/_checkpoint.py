@@ -573,13 +573,13 @@ def _open_or_parked(
             if not isinstance(path, Path):
                 raise
             found = _fs.parked(Path(os.path.abspath(path)))
-            if not found:
+            if not found and not os.path.lexists(path):
                 raise
         for candidate in found:
             try:
                 return open_any(candidate, lim, format)
-            except FileNotFoundError:
-                continue  # deleted meanwhile: the new checkpoint is in place by now
+            except (FileNotFoundError, SerializationError):
+                continue  # being deleted: the new checkpoint is in place by now
     return open_any(path, lim, format)
 
 

@@ -88,9 +88,10 @@ def _candidates(path: Any) -> list[Format]:
             )
         return found
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         raise FileNotFoundError(f"{where}: no such checkpoint") from None
+    mode = st.st_mode
     is_dir = stat.S_ISDIR(mode)
     if not is_dir and not stat.S_ISREG(mode):
         raise SerializationError(f"{where}: is not a regular file or directory")
@@ -119,6 +120,17 @@ def _candidates(path: Any) -> list[Format]:
         return found
     if owner_error is not None:
         raise owner_error
+    try:
+        now = os.stat(path)
+    except OSError:
+        now = None
+    if now is None or (now.st_ino, now.st_dev, now.st_ctime_ns) != (
+        st.st_ino,
+        st.st_dev,
+        st.st_ctime_ns,
+    ):
+        # Swapped away while the formats looked at it (an overwrite): the caller retries.
+        raise FileNotFoundError(f"{where}: replaced while it was being opened")
     kind = "directory" if is_dir else "file"
     if owner is not None:
         hint = (
