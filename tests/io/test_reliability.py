@@ -341,3 +341,49 @@ def test_a_load_racing_an_overwrite_retries_instead_of_calling_it_foreign(
     monkeypatch.setattr(DirectoryFormat, "sniff", racing_sniff)
     assert jio.load(target) == {"v": "new"}
     assert calls
+
+
+def _two_renames(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swap directories with two renames, as where RENAME_EXCHANGE is missing."""
+    real = _fs._renameat2
+
+    def no_exchange(src: Path, dst: Path, flags: int) -> bool:
+        return False if flags == _fs._RENAME_EXCHANGE else real(src, dst, flags)
+
+    monkeypatch.setattr(_fs, "_renameat2", no_exchange)
+
+
+def test_an_interrupt_between_the_two_renames_puts_the_old_checkpoint_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_renames(monkeypatch)
+    path = jio.export({"tag": "old"}, tmp_path / "ck")
+
+    def hook(name: str) -> None:
+        if name == "parked":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_fs, "STEP_HOOK", hook)
+    with pytest.raises(KeyboardInterrupt):
+        jio.export({"tag": "new"}, path, overwrite=True)
+    assert jio.load(path) == {"tag": "old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_writer_publishing_between_the_two_renames_is_replaced_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's checkpoint landing at the target between our renames: ours is
+    swapped in after it (overwrite=True), and nothing is left beside the target."""
+    _two_renames(monkeypatch)
+    path = jio.export({"tag": "old"}, tmp_path / "ck")
+    other = jio.export({"tag": "other"}, tmp_path / "other")
+
+    def hook(name: str) -> None:
+        if name == "parked" and other.exists():
+            os.rename(other, path)  # the other writer's publication
+
+    monkeypatch.setattr(_fs, "STEP_HOOK", hook)
+    jio.export({"tag": "ours"}, path, overwrite=True)
+    assert jio.load(path) == {"tag": "ours"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

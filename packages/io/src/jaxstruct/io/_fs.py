@@ -421,13 +421,18 @@ def exchange(src: Path, dst: Path) -> Path:
         raise
     old = temp_sibling(dst, _PARKED)
     os.rename(dst, old)  # FileNotFoundError if dst vanished
-    step("parked")
     try:
+        step("parked")
         os.rename(src, dst)
-    except OSError:
-        # Put the old checkpoint back before reporting the failure.
+    except BaseException as err:  # an interrupt between the renames too
+        # Put the old checkpoint back before reporting the failure. If another writer
+        # published at dst meanwhile, its checkpoint stays and the replaced one goes.
         try:
             rename_noreplace(old, dst)
+        except FileExistsError:
+            remove(old)
+            if isinstance(err, OSError) and err.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(errno.EEXIST, "published meanwhile", str(dst)) from None
         except OSError:
             pass
         raise
@@ -510,6 +515,9 @@ def publish(
                     break
                 except FileNotFoundError:
                     continue  # it vanished again: publish as new
+                except FileExistsError:
+                    checked = False  # another writer published meanwhile: check it, swap again
+                    continue
             try:
                 rename_noreplace(tmp, target)
                 moved = True
