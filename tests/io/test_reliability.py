@@ -387,3 +387,24 @@ def test_a_writer_publishing_between_the_two_renames_is_replaced_cleanly(
     jio.export({"tag": "ours"}, path, overwrite=True)
     assert jio.load(path) == {"tag": "ours"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+@pytest.mark.parametrize("name", ["ck", "ck.zip"])
+def test_an_unreadable_checkpoint_is_named_as_unreadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A checkpoint this user may not read says so, not "not a checkpoint"."""
+    path = jio.export({"w": 1}, tmp_path / name)
+    path.chmod(0)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real(p, mode))
+    try:
+        if os.geteuid() == 0:  # root reads anything: make the formats fail as for a user
+            from jaxstruct.io._builtin import DirectoryFormat, ZipFormat
+
+            monkeypatch.setattr(DirectoryFormat, "sniff", lambda self, p: False)
+            monkeypatch.setattr(ZipFormat, "sniff", lambda self, p: False)
+        with pytest.raises(SerializationError, match=r"cannot be read \(permission denied\)"):
+            jio.load(path)
+    finally:
+        path.chmod(0o755 if path.is_dir() else 0o644)

@@ -132,6 +132,11 @@ def _candidates(path: Any) -> list[Format]:
         # Swapped away while the formats looked at it (an overwrite): the caller retries.
         raise FileNotFoundError(f"{where}: replaced while it was being opened")
     kind = "directory" if is_dir else "file"
+    if not os.access(path, os.R_OK | (os.X_OK if is_dir else 0)):
+        raise SerializationError(
+            f"{where}: this {kind} cannot be read (permission denied); give this user read "
+            "access to it, or load it as its owner"
+        )
     if owner is not None:
         hint = (
             f"; its suffix {suffix!r} is the {owner.name!r} format's, which does not recognise it"
