@@ -89,3 +89,57 @@ def test_forked_child_exports_and_loads(case: str, tmp_path: Path) -> None:
     )
     assert proc.returncode != 3, f"the forked child hung in {case!r}"
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_child_forked_while_a_thread_collects_plugins_exports_and_loads(tmp_path: Path) -> None:
+    """A thread holds the registry's lock (collecting plugins) when the process forks."""
+    script = textwrap.dedent(
+        """
+        import faulthandler, os, sys, threading, time
+        import numpy as np
+        import jaxstruct.io as jio
+        import jaxstruct.io._plugins as P
+
+        root = sys.argv[1]
+        reg = jio.current_registry()
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with reg._lock, P._registry_lock:
+                reg._tables = None
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(20, exit=True)
+            assert {"directory", "zip"} <= set(jio.current_registry().formats)
+            jio.export({"w": np.ones(3)}, f"{root}/ck")
+            assert jio.load(f"{root}/ck")["w"].sum() == 3
+            os._exit(0)
+        release.set()
+        t.join()
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                sys.exit(os.waitstatus_to_exitcode(status))
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                sys.exit(3)
+            time.sleep(0.05)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        check=False,
+        env=ENV,
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr.decode()

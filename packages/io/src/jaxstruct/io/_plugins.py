@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -425,7 +426,16 @@ class PluginRegistry:
         self._allow = None if allow is None else frozenset(map(_normal, allow))
         self._lock = threading.RLock()
         self._tables: Tables | None = None
+        self._built = False  # _tables is complete (a fork mid-build leaves it half made)
         self._runtime: list[tuple[Format | Codec, Origin]] = []
+        _REGISTRIES.add(self)
+
+    def _reset_in_child(self) -> None:
+        # A forked child inherits the lock as the parent's threads held it: a fresh one,
+        # and the tables rebuilt unless the parent had finished building them.
+        self._lock = threading.RLock()
+        if not self._built:
+            self._tables = None
 
     @property
     def autoload(self) -> bool:
@@ -440,7 +450,9 @@ class PluginRegistry:
             return tables
         with self._lock:
             if self._tables is None:
+                self._built = False
                 self._tables = self._build()
+                self._built = True
                 for message in self._tables.messages:
                     warnings.warn(message, PluginWarning, stacklevel=3)
             return self._tables
@@ -708,6 +720,17 @@ class PluginRegistry:
 
 _registry: PluginRegistry | None = None
 _registry_lock = threading.Lock()
+_REGISTRIES: weakref.WeakSet[PluginRegistry] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for registry in list(_REGISTRIES):
+        registry._reset_in_child()  # pyright: ignore[reportPrivateUsage]
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def current_registry() -> PluginRegistry:
