@@ -366,3 +366,56 @@ def test_a_rerun_registration_replaces_and_a_clashing_one_changes_nothing() -> N
     assert reg.codec_for_type(Money) is again and reg.codec_for_type(Euro) is euro
     runtime = [p.codecs for p in reg.plugins() if p.name == "register_codec()"]
     assert runtime == [("t.money",), ("t.euro",)]
+
+
+def test_plugin_module_getattr_raising_import_error_costs_only_itself(tmp_path: Path) -> None:
+    lazy = types.ModuleType("lazy_plugin")
+
+    def _lazy_getattr(name: str) -> Any:
+        raise ImportError(f"optional dependency for {name!r} is not installed")
+
+    lazy.__getattr__ = _lazy_getattr  # type: ignore[method-assign]
+
+    @hookimpl
+    def jaxstruct_register_codecs() -> list[Codec]:
+        return []
+
+    lazy.jaxstruct_register_codecs = jaxstruct_register_codecs  # type: ignore[attr-defined]
+    reg = _refused(
+        lazy, r"plugin 'sloppy' from distribution 'dist-sloppy'.*ImportError.*AttributeError"
+    )
+    assert {"directory", "zip"} <= set(reg.formats)
+
+
+def test_format_whose_suffixes_property_raises_costs_only_itself() -> None:
+    class Flaky(jio.Format):
+        name = "flaky"
+
+        @property
+        def suffixes(self) -> tuple[str, ...]:  # type: ignore[override]
+            raise RuntimeError("config not loaded")
+
+    plugin = types.SimpleNamespace(jaxstruct_register_formats=hookimpl(lambda: [Flaky()]))
+    reg = _refused(plugin, r"plugin 'sloppy'.*Flaky.*RuntimeError: config not loaded")
+    assert reg.format_for_suffix(".zip") is not None
+
+
+def test_plugin_whose_attributes_cannot_be_listed_is_refused() -> None:
+    class Hostile:
+        def __dir__(self) -> list[str]:
+            raise ValueError("no listing")
+
+    _refused(Hostile(), r"plugin 'sloppy'.*ValueError: no listing")
+
+
+def test_format_whose_name_property_raises_in_register_format_is_a_plugin_error() -> None:
+    class Nameless(jio.Format):
+        suffixes = (".nl",)
+
+        @property
+        def name(self) -> str:  # type: ignore[override]
+            raise KeyError("name")
+
+    reg = PluginRegistry(entry_points=list, autoload=True)
+    with pytest.raises(PluginError, match="KeyError"):
+        reg._register_single(Nameless(), "register_format")  # pyright: ignore[reportPrivateUsage]

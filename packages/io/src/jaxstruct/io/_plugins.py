@@ -56,7 +56,17 @@ def native_reason(cls: type) -> str | None:
 
 
 def check_item(item: Any, kind: str) -> str | None:
-    """What is wrong with an item a hook returned, or ``None``."""
+    """What is wrong with an item a hook returned, or ``None`` (never raises)."""
+    try:
+        return _check_item(item, kind)
+    except Exception as err:  # a property of the plugin's object that fails
+        return (
+            f"reading its {kind} {type(item).__qualname__}'s attributes raised "
+            f"{type(err).__name__}: {err}; its name and suffixes (or types) must be readable"
+        )
+
+
+def _check_item(item: Any, kind: str) -> str | None:
     expected = Format if kind == "format" else Codec
     if isinstance(item, type):
         return (
@@ -89,6 +99,13 @@ def check_item(item: Any, kind: str) -> str | None:
 
 def claimed_by_broken(item: Any, kind: str) -> list[Key]:
     """The names a refused item would have claimed, where they can be read (class attributes)."""
+    try:
+        return _claimed_by_broken(item, kind)
+    except Exception:  # unreadable: it claims nothing we can name
+        return []
+
+
+def _claimed_by_broken(item: Any, kind: str) -> list[Key]:
     name = getattr(item, "name", None)
     if not isinstance(name, str) or not name:
         return []
@@ -101,7 +118,20 @@ def claimed_by_broken(item: Any, kind: str) -> list[Key]:
 
 
 def check_hooks(plugin: Any) -> str | None:
-    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker."""
+    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
+
+    Never raises: a plugin whose attributes cannot be listed or read is refused.
+    """
+    try:
+        return _check_hooks(plugin)
+    except Exception as err:
+        return (
+            f"reading its attributes raised {type(err).__name__}: {err}; a plugin module's "
+            "__getattr__ must raise AttributeError for names it does not have"
+        )
+
+
+def _check_hooks(plugin: Any) -> str | None:
     hooks = ", ".join(HOOK_NAMES)
     for name in dir(plugin):
         try:
@@ -538,7 +568,13 @@ class PluginRegistry:
             plugin = ep.load()
         except Exception as err:
             raise _Refused(f"importing it failed ({type(err).__name__}: {err})") from None
-        declared = getattr(plugin, API_ATTRIBUTE, None)
+        try:
+            declared = getattr(plugin, API_ATTRIBUTE, None)
+        except Exception as err:  # a module __getattr__ that raises ImportError, say
+            raise _Refused(
+                f"reading its {API_ATTRIBUTE} raised {type(err).__name__}: {err}; a plugin "
+                "module's __getattr__ must raise AttributeError for names it does not have"
+            ) from None
         if declared is not None and (
             type(declared) is not int or not 1 <= declared <= PLUGIN_API_VERSION
         ):
