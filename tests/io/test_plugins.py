@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -419,3 +420,24 @@ def test_format_whose_name_property_raises_in_register_format_is_a_plugin_error(
     reg = PluginRegistry(entry_points=list, autoload=True)
     with pytest.raises(PluginError, match="KeyError"):
         reg._register_single(Nameless(), "register_format")  # pyright: ignore[reportPrivateUsage]
+
+
+def test_format_listing_a_suffix_twice_in_two_cases_does_not_clash_with_itself() -> None:
+    class H5(jio.Format):
+        name = "h5x"
+        suffixes = (".h5", ".H5")
+
+    fmt = H5()
+
+    @hookimpl
+    def jaxstruct_register_formats() -> list[jio.Format]:
+        return [fmt]
+
+    plugin = types.SimpleNamespace(jaxstruct_register_formats=jaxstruct_register_formats)
+    reg = _registry_of(plugin, "h5x")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginWarning)
+        assert reg.format_for_suffix(".h5") is fmt
+    assert reg.format_for_suffix(".H5") is fmt
+    assert _failed_state(reg, "h5x") == "loaded"

@@ -233,7 +233,9 @@ class Origin(NamedTuple):
 def claims_of(item: Format | Codec) -> list[Key]:
     """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
     if isinstance(item, Format):
-        return [("format", item.name), *(("suffix", s.lower()) for s in item.suffixes)]
+        # A suffix listed twice (".h5", ".H5") is one claim, not a clash with itself.
+        suffixes = dict.fromkeys(s.lower() for s in item.suffixes)
+        return [("format", item.name), *(("suffix", s) for s in suffixes)]
     return [("codec", item.name), *(("type", cls) for cls in item.types)]
 
 
