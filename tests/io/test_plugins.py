@@ -441,3 +441,24 @@ def test_format_listing_a_suffix_twice_in_two_cases_does_not_clash_with_itself()
         assert reg.format_for_suffix(".h5") is fmt
     assert reg.format_for_suffix(".H5") is fmt
     assert _failed_state(reg, "h5x") == "loaded"
+
+
+class _TarGz(jio.Format):
+    name = "targz"
+    suffixes = (".tar.gz",)
+
+
+def test_format_claiming_a_multi_dot_suffix_is_refused_naming_the_last_suffix() -> None:
+    @hookimpl
+    def jaxstruct_register_formats() -> list[jio.Format]:
+        return [_TarGz()]
+
+    plugin = types.SimpleNamespace(jaxstruct_register_formats=jaxstruct_register_formats)
+    reg = _refused(plugin, r"plugin 'targz'.*'\.tar\.gz'.*last suffix.*'\.gz'", name="targz")
+    assert ".tar.gz" not in reg.suffixes
+
+
+def test_register_format_refuses_a_multi_dot_suffix() -> None:
+    reg = PluginRegistry(entry_points=list, autoload=True)
+    with pytest.raises(PluginError, match=r"'\.tar\.gz'.*claim '\.gz'"):
+        reg._register_single(_TarGz(), "register_format")  # pyright: ignore[reportPrivateUsage]

@@ -87,6 +87,14 @@ def _check_item(item: Any, kind: str) -> str | None:
                 f"format {name!r} has suffixes {suffixes!r}; expected a tuple of strings "
                 "starting with '.' ((\".h5\",))"
             )
+        for suffix in suffixes:
+            if "." in suffix[1:]:
+                last = "." + suffix.rsplit(".", 1)[1]
+                return (
+                    f"format {name!r} claims the suffix {suffix!r}, which export never picks: "
+                    f"a path's format is chosen by its last suffix only ({last!r}); claim "
+                    f"{last!r} instead and tell the files apart in sniff()"
+                )
     else:
         for cls in item.types:
             reason = native_reason(cls)
