@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +127,37 @@ def test_deleted_array_is_refused(tmp_path: Path) -> None:
     jax.jit(lambda x: x * 2, donate_argnums=0)(arr).block_until_ready()
     with pytest.raises(SerializationError, match=r"root\['w'\].*deleted"):
         jio.export({"w": arr}, tmp_path / "ck")
+
+
+# A script that starts background saves and ends without waiting for them.
+_ENDS_WITHOUT_WAITING = """
+import sys
+from pathlib import Path
+import jax.numpy as jnp
+import jaxstruct.io as jio
+root = Path(sys.argv[1])
+state = {"w": jnp.arange(2_000_000, dtype=jnp.float32)}
+jio.export(state, root / "final", blocking=False)
+manager = jio.CheckpointManager(root / "run", keep=3)
+for step in range(2):
+    manager.save(step, {"w": state["w"] + step})
+"""
+
+
+def test_background_saves_still_running_at_exit_finish(tmp_path: Path) -> None:
+    """A script that ends while its blocking=False export and manager saves still run:
+    they finish (at interpreter exit the worker pools take no more work, so the rest
+    runs on the saving thread), and every checkpoint loads."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _ENDS_WITHOUT_WAITING, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    want = np.arange(2_000_000, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(jio.load(tmp_path / "final")["w"]), want)
+    manager = jio.CheckpointManager(tmp_path / "run")
+    assert manager.all_steps() == [0, 1]
+    np.testing.assert_array_equal(np.asarray(manager.restore(1)["w"]), want + 1)

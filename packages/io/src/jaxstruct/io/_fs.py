@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jaxstruct.registry import SerializationError
 
 # zlib-ng computes CRC-32 several times faster than zlib (23 against 3-4 GB/s here)
 # and has crc32_combine (the CRC of a concatenation from its parts'), which zlib lacks.
 from zlib_ng.zlib_ng import crc32, crc32_combine
+
+T = TypeVar("T")
 
 
 class CheckpointWriteError(OSError, SerializationError):
@@ -74,6 +76,22 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
 def crc_pool() -> concurrent.futures.ThreadPoolExecutor:
     """Return the two threads that check the CRCs of big members while they are read."""
     return _lazy_pool("jaxstruct-io-crc", _CRC_WORKERS)
+
+
+def submit(
+    workers: Callable[[], concurrent.futures.ThreadPoolExecutor], fn: Callable[..., T], *args: Any
+) -> Future[T]:
+    """Run ``fn(*args)`` on a pool, or on this thread once pools take no more work: at
+    interpreter exit, a background export still running must finish, not fail."""
+    try:
+        return workers().submit(fn, *args)
+    except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+        done: Future[T] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as err:
+            done.set_exception(err)
+        return done
 
 
 _lock = threading.Lock()
@@ -189,7 +207,7 @@ def fsync_all(files: list[int], directories: list[int]) -> None:
         for fd in files:
             start_writeback(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
     fds = files + directories
-    futures = [pool().submit(os.fsync, fd) for fd in fds[1:]]
+    futures = [submit(pool, os.fsync, fd) for fd in fds[1:]]
     try:
         os.fsync(fds[0])
     except BaseException:
@@ -207,7 +225,7 @@ class CrcParts:
         self.parts: list[tuple[concurrent.futures.Future[int], int]] = []
 
     def add(self, piece: memoryview) -> None:
-        self.parts.append((crc_pool().submit(crc32, piece), piece.nbytes))
+        self.parts.append((submit(crc_pool, crc32, piece), piece.nbytes))
 
     def result(self) -> int:
         crc = self.start
@@ -556,7 +574,7 @@ def _delete_soon(old: Path) -> Future[None]:
         _remove_old(old)
         done.set_result(None)
         return done
-    return pool().submit(_remove_old, old)
+    return submit(pool, _remove_old, old)
 
 
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, NamedTuple
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
-from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool
+from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool, submit
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
@@ -373,13 +373,12 @@ def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Mem
             yield m, _prepare(m, compression)
         return
     window = 2 * WORKERS
-    workers = pool()
     futures: dict[int, concurrent.futures.Future[_Prepared]] = {}
     ahead = 0  # next position in ``heavy`` to submit
     try:
         for i, m in enumerate(members):
             while ahead < len(heavy) and len(futures) < window:
-                futures[heavy[ahead]] = workers.submit(_prepare, members[heavy[ahead]], compression)
+                futures[heavy[ahead]] = submit(pool, _prepare, members[heavy[ahead]], compression)
                 ahead += 1
             future = futures.pop(i, None)
             yield m, (future.result() if future is not None else _prepare(m, compression))
