@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,3 +183,40 @@ def test_a_url_is_refused_before_anything_is_written(
     with pytest.raises(SerializationError, match=r'local path.*format="orbax"'):
         jio.CheckpointManager(url)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_files_and_folders_it_did_not_write_are_never_steps(tmp_path: Path) -> None:
+    """A user's own folder or file named like a step is not listed, restored or pruned."""
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "1").mkdir()
+    (root / "1" / "notes.txt").write_text("mine")
+    (root / "2").write_text("mine too")
+    manager = jio.CheckpointManager(root, keep=1, blocking=True)
+    assert manager.all_steps() == []
+    manager.save(10, {"w": np.ones(2)})
+    manager.save(11, {"w": np.ones(2)})
+    assert manager.all_steps() == [11]
+    assert (root / "1" / "notes.txt").read_text() == "mine"
+    assert (root / "2").read_text() == "mine too"
+
+
+def test_metrics_exist_only_beside_their_step(tmp_path: Path) -> None:
+    """A failed save leaves no metrics; the step saved again without metrics has none, so
+    best_metric retention never ranks a step by a stale number."""
+    manager = jio.CheckpointManager(tmp_path / "run", keep=1, best_metric="loss", blocking=True)
+    with pytest.raises(SerializationError):
+        manager.save(1, {"f": print}, metrics={"loss": 0.001})
+    assert manager.all_steps() == [] and manager.metrics(1) is None
+    manager.save(1, {"w": np.zeros(2)})
+    manager.save(2, {"w": np.ones(2)}, metrics={"loss": 0.5})
+    manager.save(3, {"w": np.ones(2)}, metrics={"loss": 0.4})
+    assert manager.metrics(1) is None
+    assert manager.all_steps() == [3] and manager.best_step() == 3
+
+
+def test_metrics_folder_removed_by_hand_is_made_again(tmp_path: Path) -> None:
+    manager = jio.CheckpointManager(tmp_path / "run", blocking=True)
+    shutil.rmtree(tmp_path / "run" / ".metrics")
+    manager.save(1, {"w": np.ones(2)}, metrics={"loss": 0.5})
+    assert manager.metrics(1) == {"loss": 0.5}

@@ -17,7 +17,7 @@ from jaxstruct.registry import SerializationError
 from . import _fs, _multihost
 from ._async import ExportHandle
 from ._checkpoint import export, is_url, load, local_paths_only
-from ._detect import format_named
+from ._detect import format_named, sniffs
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
 
@@ -183,7 +183,14 @@ class CheckpointManager:
         """Return the committed steps, ascending (at a URL: those with a commit marker)."""
         remote = self._remote
         steps = self._numbered()
-        return steps if remote is None else [s for s in steps if remote.committed(self.path_of(s))]
+        if remote is not None:
+            return [s for s in steps if remote.committed(self.path_of(s))]
+        # Only checkpoints of the format are steps: a user's own file or folder named
+        # like one is never listed, restored or pruned.
+        owns = getattr(self._format, "owns", None)
+        if owns is None:
+            return [s for s in steps if sniffs(self._format, self.path_of(s), [])]
+        return [s for s in steps if owns(self.path_of(s))]
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or ``None`` when there is none."""
@@ -236,8 +243,16 @@ class CheckpointManager:
             )
         if metrics is not None:  # first, so a listed step always has its metrics
             self._write_metrics(step, metrics)
-        handle = export(obj, path, format=self.format, compression=self.compression, blocking=False)
-        self._finish_in_background(handle)
+        else:
+            self._drop_metrics(step)  # left by an earlier save of this step that failed
+        try:
+            handle = export(
+                obj, path, format=self.format, compression=self.compression, blocking=False
+            )
+        except BaseException:
+            self._drop_metrics(step)
+            raise
+        self._finish_in_background(handle, step)
         if self.blocking or (self._preemption is not None and self._preemption.saving()):
             self.wait()  # before a preemption: committed before the loop stops
 
@@ -257,6 +272,7 @@ class CheckpointManager:
         if self._remote is not None:  # one object, replaced whole
             self._remote.write_text(final, text)
             return
+        final.parent.mkdir(exist_ok=True)  # (deleted by hand, say)
         tmp = _fs.temp_sibling(final)
         with open(tmp, "x", encoding="utf-8") as handle:
             handle.write(text)
@@ -265,12 +281,29 @@ class CheckpointManager:
         os.replace(tmp, final)
         fsync_dir(final.parent)
 
-    def _finish_in_background(self, handle: ExportHandle) -> None:
+    def _drop_metrics(self, step: int) -> None:
+        """Remove the metrics of ``step``: metrics exist only beside its checkpoint."""
+        if not _multihost.is_primary():
+            return
+        if self._remote is not None:
+            self._remote.remove(self._metrics_path(step))
+        else:
+            self._metrics_path(step).unlink(missing_ok=True)
+
+    def _finish_in_background(self, handle: ExportHandle, step: int) -> None:
         def run() -> None:
             try:
                 handle.wait()
-                self._prune()
             except BaseException as err:  # re-raised by wait()
+                self._error = err
+                try:
+                    self._drop_metrics(step)
+                except OSError:
+                    pass
+                return
+            try:
+                self._prune()
+            except BaseException as err:
                 self._error = err
 
         self._thread = threading.Thread(target=run, name="jaxstruct-manager", daemon=False)
