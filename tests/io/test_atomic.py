@@ -367,3 +367,25 @@ def test_overwrite_replaces_our_zip_and_directory(tmp_path: Path) -> None:
         path = jio.export({"v": 1}, tmp_path / name, compression="deflate")
         jio.export({"v": 2}, path, overwrite=True)
         assert jio.load(path) == {"v": 2}
+
+
+def test_overwrite_refuses_a_symlink_to_a_zip_checkpoint(tmp_path: Path) -> None:
+    """A link is the user's: overwrite=True leaves it and its target, as for directories."""
+    real = jio.export({"w": 1}, tmp_path / "real.zip")
+    link = tmp_path / "link.zip"
+    link.symlink_to(real)
+    with pytest.raises(SerializationError, match="not a jaxstruct zip checkpoint"):
+        jio.export({"w": 2}, link, overwrite=True)
+    assert link.is_symlink() and jio.load(link) == {"w": 1}
+
+
+def test_parents_that_cannot_be_made_are_a_checkpoint_write_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(jio.CheckpointWriteError, match="writing the checkpoint failed") as info:
+        jio.export({"w": 1}, tmp_path / "new" / "ck")
+    assert info.value.errno == 13

@@ -204,10 +204,10 @@ class ZipFormat(Format):
 
     def owns(self, path: Path) -> bool:
         """Whether ``path`` is a checkpoint of this format (which ``overwrite`` replaces)."""
-        try:
-            if not path.is_file():
+        try:  # a symbolic link is the user's, never replaced (as for a directory)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
                 return False
-            fd, size = open_regular(path, follow=True)
+            fd, size = open_regular(path, follow=False)
         except (OSError, SerializationError):
             return False
         where = repr(str(path))

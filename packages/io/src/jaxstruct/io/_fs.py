@@ -503,7 +503,10 @@ def publish(
     exists = checked or check_existing()
     checked = exists
     if not exists:
-        _make_parents(target.parent)
+        try:
+            _make_parents(target.parent)
+        except OSError as err:
+            raise write_error(target, err) from err
     if not exists or target not in _SWEPT:
         # Debris is swept whenever the target is missing (a parked checkpoint may
         # need recovery) and at the first overwrite of a target in this process.
