@@ -408,3 +408,33 @@ def test_an_unreadable_checkpoint_is_named_as_unreadable(
             jio.load(path)
     finally:
         path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_an_overwrite_racing_another_swap_is_not_refused_as_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target swapped by another writer while overwrite=True checks it is ours: it is
+    checked again, not refused as "not a jaxstruct checkpoint"."""
+    from jaxstruct.io._builtin import DirectoryFormat
+
+    target, other = tmp_path / "ck", tmp_path / "other"
+    jio.export({"v": "old"}, target)
+    jio.export({"v": "other"}, other)
+    owns = DirectoryFormat.owns
+    calls = []
+
+    def racing_owns(self: DirectoryFormat, path: Path) -> bool:
+        if not calls:  # the other writer's swap lands while we look
+            os.rename(target, tmp_path / "gone")
+            os.rename(other, target)
+            calls.append(path)
+            return False
+        return owns(self, path)
+
+    monkeypatch.setattr(DirectoryFormat, "owns", racing_owns)
+    jio.export({"v": "ours"}, target, overwrite=True)
+    assert jio.load(target) == {"v": "ours"} and calls
+    # A path that is not a checkpoint is still refused, after a second look.
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(SerializationError, match="not a jaxstruct directory checkpoint"):
+        jio.export({"v": 1}, tmp_path / "mine", overwrite=True)

@@ -65,8 +65,7 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
             )
         # The format's cheap owns() check if it has one (the built-ins read a few bytes),
         # else a full open of the checkpoint.
-        owns = getattr(fmt, "owns", None)
-        if not (owns(target) if owns is not None else is_checkpoint(target, fmt)):
+        if not _ours(target, fmt):
             raise SerializationError(
                 f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
                 "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
@@ -74,6 +73,32 @@ def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
             )
         return True
     return False
+
+
+def _ours(target: Path, fmt: Format) -> bool:
+    """Whether the existing ``target`` is a checkpoint of ``fmt``: its cheap ``owns`` if it
+    has one, else a full open. Swapped by another writer while it is looked at, it is
+    looked at again (gone: then nothing of someone else's is replaced)."""
+    owns = getattr(fmt, "owns", None)
+    seen: tuple[int, ...] | None = None
+    for _ in range(4):
+        if owns(target) if owns is not None else is_checkpoint(target, fmt):
+            return True
+        now = _identity(target)
+        if now is None:
+            return True  # gone: publishing finds out and publishes as new
+        if now == seen:
+            return False  # the same file or directory, refused twice
+        seen = now
+    return False
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def _replaces_at_urls(fmt: Format) -> bool:
