@@ -26,15 +26,31 @@ def test_orbax_internals_sit_behind_one_module() -> None:
 
 
 def test_missing_internals_raise_our_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """An orbax release without the internals fails with an error naming the supported range."""
+    """An orbax release without the internals fails with our error naming the installed
+    version, the tested one and the fix."""
     import orbax.checkpoint as ocp
 
     monkeypatch.delattr(ocp.type_handlers, "get_json_tspec_read")
-    with pytest.raises(SerializationError, match=r"get_json_tspec_read.*orbax-checkpoint>=0\.12"):
+    with pytest.raises(SerializationError) as info:
         _orbax_internals.open_array_stores(tmp_path, ["a"], use_zarr3=False, cache_bytes=1 << 20)
+    message = str(info.value)
+    assert f"orbax-checkpoint {ocp.__version__} lacks" in message
+    assert "get_json_tspec_read" in message
+    assert f"tested with orbax-checkpoint {_orbax_internals.TESTED}" in message
+    assert f"pip install 'orbax-checkpoint=={_orbax_internals.TESTED}.*'" in message
 
 
-def test_declared_cap_matches_the_seam() -> None:
-    """The requirement in pyproject.toml is the range the seam names in its errors."""
+def test_declared_requirement_matches_the_seam() -> None:
+    """The requirement in pyproject.toml is the seam's range, without an upper bound."""
     text = (PACKAGE.parents[2] / "pyproject.toml").read_text()
     assert f'"orbax-checkpoint{_orbax_internals.SUPPORTED}"' in text
+    assert "<" not in _orbax_internals.SUPPORTED
+
+
+def test_the_tested_minor_is_the_locked_one() -> None:
+    """The minor version the seam's errors name is the one uv.lock (and so CI) tests."""
+    import tomllib
+
+    lock = tomllib.loads((PACKAGE.parents[4] / "uv.lock").read_text())
+    locked = {p["version"] for p in lock["package"] if p["name"] == "orbax-checkpoint"}
+    assert {".".join(v.split(".")[:2]) for v in locked} == {_orbax_internals.TESTED}

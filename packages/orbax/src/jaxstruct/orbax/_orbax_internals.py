@@ -7,8 +7,10 @@ tensorstore kvstore for ``s3://`` paths, or one with settings of ours for ``gs:/
 (:func:`route_stores`). All are taken here
 and only here; a missing piece raises a
 :class:`~jaxstruct.registry.SerializationError` naming the installed orbax
-version and the supported range (``orbax-checkpoint`` is pinned below its next
-minor version in this distribution's requirements).
+version and the one this release was tested with. ``orbax-checkpoint`` has no
+upper bound in this distribution's requirements (a cap would hold back every
+other package a user installs beside jaxstruct), so a release that moves one of
+these pieces is met here, with that error, and never as a foreign traceback.
 """
 
 from __future__ import annotations
@@ -19,10 +21,30 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-__all__ = ["STEP_METADATA_FILE", "SUPPORTED", "open_array_stores", "route_s3", "route_stores"]
+__all__ = [
+    "STEP_METADATA_FILE",
+    "SUPPORTED",
+    "TESTED",
+    "open_array_stores",
+    "route_s3",
+    "route_stores",
+]
 
 #: The orbax-checkpoint versions this distribution declares (its requirements).
-SUPPORTED = ">=0.12,<0.13"
+SUPPORTED = ">=0.12"
+#: The newest orbax-checkpoint minor version CI runs the format's tests with.
+TESTED = "0.12"
+
+
+def _moved(what: str, version: str, needed_by: str) -> SerializationError:
+    """Our error for an orbax release that lacks ``what``."""
+    return SerializationError(
+        f"orbax-checkpoint {version} lacks {what}, which {needed_by}; this jaxstruct-orbax "
+        f"was tested with orbax-checkpoint {TESTED}: install orbax-checkpoint=={TESTED}.* "
+        f"(pip install 'orbax-checkpoint=={TESTED}.*'), or a jaxstruct-orbax release that "
+        f"supports orbax-checkpoint {version}"
+    )
+
 
 #: The file orbax writes into a step directory when the step is complete.
 STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
@@ -37,9 +59,8 @@ def _type_handlers() -> Any:
     missing = [name for name in _TYPE_HANDLERS if not hasattr(handlers, name)]
     if missing:
         version = getattr(ocp, "__version__", "unknown")
-        raise SerializationError(
-            f"orbax-checkpoint {version} lacks type_handlers.{', '.join(missing)}, which the "
-            f"'orbax' format reads arrays with; install orbax-checkpoint{SUPPORTED}"
+        raise _moved(
+            f"type_handlers.{', '.join(missing)}", version, "the 'orbax' format reads arrays with"
         )
     return handlers
 
@@ -111,10 +132,7 @@ def route_stores(scheme: str, store: Callable[[dict[str, Any]], dict[str, Any]])
         import orbax.checkpoint as ocp
 
         version = getattr(ocp, "__version__", "unknown")
-        raise SerializationError(
-            f"orbax-checkpoint {version} lacks tensorstore_utils.{_BUILDER}, which {scheme}:// "
-            f"paths need; install orbax-checkpoint{SUPPORTED}"
-        )
+        raise _moved(f"tensorstore_utils.{_BUILDER}", version, f"{scheme}:// paths need")
     if getattr(original, "_jaxstruct_routes", False):
         return
 
