@@ -15,12 +15,13 @@
 #    with every package, and once without jaxstruct-orbax, whose JAX floor is
 #    above the other layers' (there the orbax tests are skipped, by name).
 #
-# Two test modules check the project's tooling rather than the packages: the
+# Some test modules check the project's tooling rather than the packages: the
 # built docs site in a browser (tests/test_site.py: the same HTML whichever
-# Python builds it) runs once, in part 1; the benchmark harness
+# Python builds it) and the built distributions installed in a fresh venv
+# (tests/test_release.py) run once, in part 1; the benchmark harness
 # (tests/test_benchmarks.py, tests/test_bench_debug.py: benchmarks run at
 # uv.lock's versions, where their targets are set) runs in parts 1 and 2, on
-# every supported Python, and not at the floors. Both are left out with
+# every supported Python, and not at the floors. Each is left out with
 # pytest's --ignore, so the summary's count says so.
 #
 # Interpreters are looked for (scripts/find_python.sh), never downloaded:
@@ -95,7 +96,7 @@ done
 # floors would lift JAX's above the layers' own).
 export JAXSTRUCT_TEST_PEERS=1
 # What the runs after the first leave out (see the header).
-SITE=(--ignore=tests/test_site.py)
+SITE=(--ignore=tests/test_site.py --ignore=tests/test_release.py)
 TOOLING=("${SITE[@]}" --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .

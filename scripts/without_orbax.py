@@ -20,7 +20,11 @@ from pathlib import Path
 
 EDITS = [
     # (what it does, pattern, replacement)
-    ("drop the umbrella's jaxstruct-orbax pin", r'\n    "jaxstruct-orbax==[^"]*",', ""),
+    (
+        "drop the umbrella's jaxstruct-orbax requirement",
+        r'\n    "jaxstruct-orbax[=<>!~][^"]*",',
+        "",
+    ),
     (
         "drop the jaxstruct-orbax workspace source",
         r"\njaxstruct-orbax = \{ workspace = true \}",
@@ -28,7 +32,7 @@ EDITS = [
     ),
     (
         "exclude packages/orbax from the workspace",
-        r"(\[tool\.uv\.workspace\]\nmembers = \[[^\]]*\])",
+        r"(\[tool\.uv\.workspace\]\n(?:#[^\n]*\n)*members = \[[^\]]*\])",
         r'\1\nexclude = ["packages/orbax"]',
     ),
     # The peers (optax, flax, equinox) are never installed at the floors, but a

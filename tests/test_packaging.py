@@ -1,4 +1,4 @@
-"""Repository shape: namespace packages, py.typed, lockstep versions, exact pins, layering."""
+"""Repository shape: namespace packages, py.typed, lockstep versions, version ranges, layers."""
 
 from __future__ import annotations
 
@@ -93,33 +93,41 @@ def test_lockstep_versions() -> None:
     assert len(versions) == 1, versions
 
 
+def _compatible_range(version: str) -> str:
+    """The range our distributions require each other in: this version up to the next minor."""
+    major, minor, _ = version.split(".")
+    return f">={version},<{major}.{int(minor) + 1}"
+
+
 @pytest.mark.parametrize("layer", LAYERS)
-def test_internal_pins_are_exact(layer: str) -> None:
-    """Dependencies on our own distributions are exact == pins of the lockstep version."""
+def test_internal_requirements_are_compatible_ranges(layer: str) -> None:
+    """Dependencies on our own distributions are compatible ranges (>= this version, below
+    the next minor), so one layer's patch release installs beside the others."""
     project = _project(ROOT / "packages" / layer / "pyproject.toml")
     for name, spec in _our_requirements(project).items():
-        assert spec == f"=={project['version']}", f"{layer}: {name}{spec}"
+        assert spec == _compatible_range(project["version"]), f"{layer}: {name}{spec}"
 
 
-def test_umbrella_pins_every_layer_exactly() -> None:
-    """The root jaxstruct distribution depends on every layer with an exact pin."""
+def test_umbrella_requires_every_layer_in_a_compatible_range() -> None:
+    """The root jaxstruct distribution requires every layer, each in a compatible range."""
     project = _project(ROOT / "pyproject.toml")
     pins = _our_requirements(project)
     assert set(pins) == {f"jaxstruct-{layer}" for layer in LAYERS}
-    assert all(spec == f"=={project['version']}" for spec in pins.values()), pins
+    assert all(spec == _compatible_range(project["version"]) for spec in pins.values()), pins
 
 
 def test_workspace_members_are_the_packages() -> None:
-    """The uv workspace covers packages/* and maps every layer to the workspace."""
+    """The uv workspace is packages/* (what we publish) and maps every layer to the
+    workspace; the example plugins are editable path sources, never workspace members."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    # The example io plugins are members too, so their end-to-end tests run.
-    assert config["tool"]["uv"]["workspace"]["members"] == [
-        "packages/*",
-        "examples/plugin_datetime",
-        "examples/plugin_tar",
-    ]
+    assert config["tool"]["uv"]["workspace"]["members"] == ["packages/*"]
     sources = config["tool"]["uv"]["sources"]
     assert all(sources[f"jaxstruct-{layer}"] == {"workspace": True} for layer in LAYERS)
+    for plugin in ("datetime", "tar"):
+        assert sources[f"jaxstruct-plugin-{plugin}"] == {
+            "path": f"examples/plugin_{plugin}",
+            "editable": True,
+        }
 
 
 def test_registry_and_core_need_only_jax_numpy() -> None:
@@ -189,10 +197,12 @@ def test_io_has_no_special_case_for_the_format_plugins(path: Path) -> None:
 def test_safetensors_keeps_the_core_floors() -> None:
     """jaxstruct-safetensors raises no JAX floor, so the run without orbax still reaches
     JAX 0.4.36: its one dependency beyond the layers is the safetensors library (whose own
-    requirements are all optional extras), from 0.8.0, the first with ``TensorSpec``."""
+    requirements are all optional extras), from 0.8.0, the first with ``TensorSpec``, and
+    ml_dtypes (bfloat16, float8) from 0.5.0, the first with wheels for Python 3.13."""
     project = _project(ROOT / "packages" / "safetensors" / "pyproject.toml")
     names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in project["dependencies"]}
-    assert names == {"jaxstruct-io", "numpy", "safetensors"}
+    assert names == {"jaxstruct-io", "jax", "numpy", "safetensors", "ml_dtypes"}
+    assert "ml_dtypes>=0.5.0" in project["dependencies"]
     assert "safetensors>=0.8.0" in project["dependencies"]
     assert project["entry-points"]["jaxstruct.io"] == {
         "safetensors": "jaxstruct.safetensors._plugin"
