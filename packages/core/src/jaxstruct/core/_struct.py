@@ -103,7 +103,7 @@ class Struct(metaclass=StructMeta):
         ...     step: int = js.field(static=True, default=0)
         >>> s = TrainState(params=jnp.ones(3))
         >>> s
-        TrainState(params=float32[3], step=0)
+        TrainState(params=Array([1., 1., 1.], dtype=float32), step=0)
         >>> s.replace(step=1).step
         1
     """
@@ -284,7 +284,7 @@ class Struct(metaclass=StructMeta):
     _repr_pretty_ = PrettyHook()
 
     def __rich_repr__(self) -> Any:
-        """rich display: fields by name, arrays as summaries (``float32[3]``)."""
+        """rich display: fields by name, every array as its summary (``float32[3]``)."""
         return rich_fields(self)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
