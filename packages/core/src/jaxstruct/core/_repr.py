@@ -60,7 +60,8 @@ REPR_WIDTH = 80
 DEFAULT_THRESHOLD = 16
 
 # One setting for the whole process, not per thread or context: jax.debug.print
-# formats its values on a runtime thread, which must see what the user set.
+# may format its values on a thread of JAX's runtime, which must see what the
+# user set.
 _threshold = DEFAULT_THRESHOLD
 
 
