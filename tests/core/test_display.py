@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -27,6 +28,13 @@ class MLP(js.Struct):
 
 def _mlp(n: int) -> MLP:
     return MLP([Linear(jnp.ones((4, 4)), np.zeros(4)) for _ in range(n)])
+
+
+@pytest.fixture
+def summaries() -> Iterator[None]:
+    """Every array shown as dtype and shape: the layout tests' arrays are small."""
+    with js.printoptions(threshold=0):
+        yield
 
 
 # -- summaries ---------------------------------------------------------------------------
@@ -76,12 +84,14 @@ class AdamState(NamedTuple):
 # -- pformat ---------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_keeps_one_line_when_it_fits() -> None:
     """A value that fits the width stays on one line, identical to repr."""
     layer = Linear(jnp.ones(2), 1.0)
     assert js.pformat(layer, width=80) == repr(layer) == "Linear(w=float32[2], b=1.0, act='relu')"
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_breaks_with_indentation_and_trailing_commas() -> None:
     """A value too wide for the width gets one item per line, indented, with commas."""
     assert js.pformat(Linear(jnp.ones(2), 1.0), width=20) == (
@@ -89,6 +99,7 @@ def test_pformat_breaks_with_indentation_and_trailing_commas() -> None:
     )
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_breaks_only_the_groups_that_do_not_fit() -> None:
     """Inner groups that fit stay on one line inside a broken outer group."""
     text = js.pformat(_mlp(2), width=60)
@@ -103,6 +114,7 @@ def test_pformat_breaks_only_the_groups_that_do_not_fit() -> None:
     )
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_lines_fit_the_width() -> None:
     """No line exceeds the width when every atom is narrower than it."""
     for width in (30, 45, 60, 100):
@@ -118,6 +130,7 @@ def test_pformat_counts_the_trailing_comma() -> None:
     assert js.pformat([inner, inner], width=width + 1).split("\n")[1] == "    " + flat + ","
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_dicts_and_tuples() -> None:
     """Dicts break as key: value lines; a one-element tuple keeps its comma when flat."""
     assert js.pformat({"a": (jnp.ones(3),)}) == "{'a': (float32[3],)}"
@@ -126,6 +139,7 @@ def test_pformat_dicts_and_tuples() -> None:
     )
 
 
+@pytest.mark.usefixtures("summaries")
 def test_pformat_named_tuple_fields_and_summaries() -> None:
     """A named tuple (an optimizer state) prints by field, arrays summarised, and breaks."""
     state = AdamState(jnp.zeros((), jnp.int32), {"w": jnp.ones(3)})
@@ -192,6 +206,7 @@ def test_pformat_uses_a_user_written_repr() -> None:
 # -- repr ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("summaries")
 def test_long_repr_breaks_lines() -> None:
     """A repr wider than 80 columns uses the multi-line pformat form."""
     text = repr(_mlp(5))
@@ -200,6 +215,7 @@ def test_long_repr_breaks_lines() -> None:
     assert max(len(line) for line in text.split("\n")) <= 80
 
 
+@pytest.mark.usefixtures("summaries")
 def test_repr_of_short_struct_is_one_line() -> None:
     """A repr that fits in 80 columns has no line break."""
     assert "\n" not in repr(_mlp(1))

@@ -43,7 +43,7 @@ from ._introspect import (
 from ._meta import StructMeta, class_options
 from ._optree import optree_namespace, set_optree_namespace
 from ._register import dataclass, register_class
-from ._repr import pformat
+from ._repr import get_printoptions, pformat, printoptions, set_printoptions
 from ._select import Selection, SelectionError, SelectionHole, select, tree_at
 from ._struct import Struct
 from ._typecheck import check_types
@@ -79,6 +79,7 @@ __all__ = [
     "explain_recompiles",
     "field",
     "fields",
+    "get_printoptions",
     "is_registered_pytree_type",
     "is_struct",
     "lookup_class",
@@ -86,6 +87,7 @@ __all__ = [
     "opaque_fields",
     "optree_namespace",
     "pformat",
+    "printoptions",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",
@@ -93,6 +95,7 @@ __all__ = [
     "resolve_pytree_spec",
     "select",
     "set_optree_namespace",
+    "set_printoptions",
     "static_fields",
     "tree_at",
     "tree_equal",

@@ -1,4 +1,7 @@
-"""IPython and rich integration: both show the multi-line form with array summaries.
+"""IPython and rich integration: IPython shows the :func:`pformat` layout, rich its own.
+
+IPython's display is ``repr``'s (small arrays by value); rich shows every
+array as its dtype-and-shape summary, whatever its size.
 
 Neither library is imported here: IPython hands us its printer, rich reads
 what ``__rich_repr__`` yields, so importing ``jaxstruct.core`` stays free of

@@ -1,10 +1,13 @@
-"""Readable ``repr`` and :func:`pformat`: array summaries and width-aware line breaking.
+"""Readable ``repr`` and :func:`pformat`: array values or summaries, width-aware line breaking.
 
-Arrays never print their contents; each kind gets a summary that tells it
-apart at a glance:
+A small array shows its values, written by its own ``repr`` on one line
+(``Array([0., 1., 2.], dtype=float32)``, ``array([1, 2])``). An array with
+more elements than the threshold of :func:`set_printoptions` (16 unless set),
+an empty one, and every kind of array whose values are not at hand get a
+summary that tells them apart at a glance:
 
 ==========================  ===============================
-value                       shown as
+value                       summary
 ==========================  ===============================
 ``jax.Array``               ``float32[4,3]``
 ``numpy.ndarray``           ``np.float32[4,3]``
@@ -24,7 +27,10 @@ with the fewest broken groups.
 
 from __future__ import annotations
 
+import re
 import reprlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jax
@@ -33,14 +39,166 @@ from jax.core import Tracer
 
 from ._fields import MISSING
 
-__all__ = ["REPR_WIDTH", "format_value", "pformat", "struct_repr", "summarize_array"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "REPR_WIDTH",
+    "array_text",
+    "format_value",
+    "get_printoptions",
+    "pformat",
+    "printoptions",
+    "set_printoptions",
+    "struct_repr",
+    "summarize_array",
+]
 
 # repr() breaks lines only past this width; everything shorter stays one line.
 REPR_WIDTH = 80
 
+#: Arrays with at most this many elements show their values unless set otherwise
+#: (the size up to which jaxstruct.testing writes array values out, too).
+DEFAULT_THRESHOLD = 16
+
+# One setting for the whole process, not per thread or context: jax.debug.print
+# may format its values on a thread of JAX's runtime, which must see what the
+# user set.
+_threshold = DEFAULT_THRESHOLD
+
+
+def get_printoptions() -> dict[str, int]:
+    """Return the current display options, as :func:`set_printoptions` takes them.
+
+    Returns:
+        A new dict: ``{"threshold": n}``.
+
+    Example:
+        >>> import jaxstruct.core as js
+        >>> js.get_printoptions()
+        {'threshold': 16}
+    """
+    return {"threshold": _threshold}
+
+
+def set_printoptions(*, threshold: int | None = None) -> None:
+    """Set how ``repr``, ``print``, :func:`pformat` and ``jax.debug.print`` show arrays.
+
+    An array with at most ``threshold`` elements (and at least one) shows its
+    values, written by the array's own ``repr`` on one line, so NumPy's print
+    options (``precision``, ``suppress``) apply to them; a bigger one shows its
+    dtype and shape (``float32[4,3]``). Tracers, abstract values and typed PRNG
+    keys always show dtype and shape. The setting holds for the whole process;
+    :func:`printoptions` sets it for a ``with`` block.
+
+    Args:
+        threshold: the largest number of elements shown by value; ``0`` shows
+            every array as dtype and shape. ``None`` leaves it as it is.
+
+    Raises:
+        TypeError: if ``threshold`` is not an int.
+        ValueError: if ``threshold`` is negative.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import jaxstruct.core as js
+        >>> class Particle(js.Struct):
+        ...     x: object
+        >>> Particle(jnp.arange(3.0))
+        Particle(x=Array([0., 1., 2.], dtype=float32))
+        >>> js.set_printoptions(threshold=0)
+        >>> Particle(jnp.arange(3.0))
+        Particle(x=float32[3])
+        >>> js.set_printoptions(threshold=16)  # the default
+    """
+    global _threshold
+    if threshold is None:
+        return
+    if type(threshold) is not int:
+        raise TypeError(
+            f"set_printoptions(): threshold expected an int (a number of array elements), "
+            f"got {type(threshold).__name__} {threshold!r}"
+        )
+    if threshold < 0:
+        raise ValueError(
+            f"set_printoptions(): threshold must be 0 or more elements, got {threshold!r}; "
+            "0 shows every array as dtype and shape"
+        )
+    _threshold = threshold
+
+
+@contextmanager
+def printoptions(*, threshold: int | None = None) -> Iterator[dict[str, int]]:
+    """Set display options for a ``with`` block (see :func:`set_printoptions`).
+
+    The options in force before the block come back when it ends, also when it
+    raises.
+
+    Args:
+        threshold: the largest number of elements shown by value; ``0`` shows
+            every array as dtype and shape.
+
+    Yields:
+        The options in force inside the block, as :func:`get_printoptions` returns them.
+
+    Raises:
+        TypeError: if ``threshold`` is not an int.
+        ValueError: if ``threshold`` is negative.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import jaxstruct.core as js
+        >>> class Particle(js.Struct):
+        ...     x: object
+        >>> with js.printoptions(threshold=2):
+        ...     print(Particle(jnp.arange(2.0)), Particle(jnp.arange(3.0)))
+        Particle(x=Array([0., 1.], dtype=float32)) Particle(x=float32[3])
+    """
+    before = _threshold
+    set_printoptions(threshold=threshold)
+    try:
+        yield get_printoptions()
+    finally:
+        set_printoptions(threshold=before)
+
+
+def array_text(value: Any) -> str | None:
+    """Return what ``repr`` shows for an array-like value, or ``None`` for anything else.
+
+    A concrete NumPy or JAX array of 1 to ``threshold`` elements shows its values
+    (its own ``repr`` on one line); anything else array-like, its summary.
+    """
+    if (
+        isinstance(value, np.ndarray)
+        or (isinstance(value, jax.Array) and not isinstance(value, Tracer))
+    ) and 0 < value.size <= _threshold:
+        values = _values(value)
+        if values is not None:
+            return values
+    return summarize_array(value)
+
+
+# numpy (and jax, which prints through numpy) break a long array over lines
+# indented under its first bracket, and jax pads the space before "dtype=" to
+# that indent once the last line is long; one line keeps the pformat layout intact.
+_LINE_BREAK = re.compile(r"\n\s*|(?<=,)\s{2,}(?=dtype=)")
+
+
+def _values(value: Any) -> str | None:
+    """The one-line ``repr`` of a small concrete array, or ``None`` to summarise it."""
+    if not _is_np_dtype(value.dtype):
+        return None  # typed PRNG keys: their repr is several lines of key data
+    if not getattr(value, "is_fully_addressable", True):
+        return None  # other processes hold part of it: reading it would hang or fail
+    try:
+        text = repr(value)
+    except Exception:
+        # A deleted or donated jax.Array, or a transfer guard forbidding the
+        # copy to the host: the summary still says what it was.
+        return None
+    return _LINE_BREAK.sub(" ", text)
+
 
 def summarize_array(value: Any) -> str | None:
-    """Return the summary of an array-like value, or ``None`` for anything else."""
+    """Return the dtype-and-shape summary of an array-like value, or ``None`` for anything else."""
     if isinstance(value, np.ndarray):
         return "np." + _dtype_shape(value)
     if isinstance(value, Tracer):
@@ -99,7 +257,7 @@ def is_plain_struct(value: Any) -> bool:
 
 def _doc(value: Any, path: set[int]) -> str | _Group:
     """Build the document of ``value``; ``path`` holds ids of the enclosing groups."""
-    summary = summarize_array(value)
+    summary = array_text(value)
     if summary is not None:
         return summary
     kind = type(value)
@@ -195,10 +353,13 @@ def pformat(obj: Any, *, width: int = REPR_WIDTH, indent: int = 4) -> str:
     Structs (those using the library's repr), lists, tuples, named tuples and dicts are
     laid out on one line when they fit in ``width`` columns; otherwise they
     break, one item per line, ``indent`` columns deeper, each followed by a
-    comma. Arrays print as summaries: ``float32[4,3]`` for a JAX array,
-    ``np.float32[4,3]`` for a NumPy array, ``Traced<float32[4,3]>`` for a
-    tracer and ``ShapeDtypeStruct<float32[4,3]>`` for an abstract value.
-    Fields declared with ``repr=False`` are left out, as in ``repr``.
+    comma. A small array shows its values (``Array([0., 1.], dtype=float32)``);
+    one with more elements than :func:`set_printoptions`' ``threshold`` (16
+    unless set) prints as a summary: ``float32[4,3]`` for a JAX array,
+    ``np.float32[4,3]`` for a NumPy array. A tracer always prints as
+    ``Traced<float32[4,3]>`` and an abstract value as
+    ``ShapeDtypeStruct<float32[4,3]>``. Fields declared with ``repr=False`` are
+    left out, as in ``repr``.
 
     Args:
         obj: the value to format (a struct or any other value).
@@ -219,13 +380,13 @@ def pformat(obj: Any, *, width: int = REPR_WIDTH, indent: int = 4) -> str:
         ...     w: object
         ...     b: object
         ...     name: str = js.field(static=True, default="linear")
-        >>> layer = Linear(jnp.zeros((3, 2)), np.zeros(2))
+        >>> layer = Linear(jnp.zeros((30, 2)), np.zeros(2))
         >>> print(js.pformat(layer))
-        Linear(w=float32[3,2], b=np.float64[2], name='linear')
+        Linear(w=float32[30,2], b=array([0., 0.]), name='linear')
         >>> print(js.pformat(layer, width=30))
         Linear(
-            w=float32[3,2],
-            b=np.float64[2],
+            w=float32[30,2],
+            b=array([0., 0.]),
             name='linear',
         )
     """
@@ -239,7 +400,7 @@ def pformat(obj: Any, *, width: int = REPR_WIDTH, indent: int = 4) -> str:
 
 
 def format_value(value: Any) -> str:
-    """Format a value on one line; arrays and tracers become summaries."""
+    """Format a value on one line, arrays as ``repr`` shows them (values or summaries)."""
     return _flat(_doc(value, set()))
 
 

@@ -78,11 +78,20 @@ def _io() -> Any:
 
 def _expect(cls: type, obj: Any, what: str) -> Any:
     if cls is not Struct and not isinstance(obj, cls):
-        from jaxstruct.registry import SerializationError
+        from jaxstruct.registry import SerializationError, name_classes
 
+        # Classes of one name (every algorithm's "State") are named by module.
+        got, want = name_classes(type(obj), cls)
+        if got == want:
+            # Two class objects under one reference: a class statement run again.
+            raise SerializationError(
+                f"{what} holds a {got} of another definition than this {want} (its module "
+                "was reloaded or its class statement ran again since); load it with "
+                "Struct.load(), or pass load_cls= to build this class from its fields"
+            )
         raise SerializationError(
-            f"{what} holds a {type(obj).__qualname__}, not a {cls.__qualname__}; load it with "
-            f"{type(obj).__qualname__}.load() or Struct.load(), or pass load_cls="
+            f"{what} holds a {got}, not a {want}; load it with {got}.load() or "
+            f"Struct.load(), or pass load_cls= to build a {want} from its fields"
         )
     return obj
 
@@ -103,7 +112,7 @@ class Struct(metaclass=StructMeta):
         ...     step: int = js.field(static=True, default=0)
         >>> s = TrainState(params=jnp.ones(3))
         >>> s
-        TrainState(params=float32[3], step=0)
+        TrainState(params=Array([1., 1., 1.], dtype=float32), step=0)
         >>> s.replace(step=1).step
         1
     """
@@ -284,7 +293,7 @@ class Struct(metaclass=StructMeta):
     _repr_pretty_ = PrettyHook()
 
     def __rich_repr__(self) -> Any:
-        """rich display: fields by name, arrays as summaries (``float32[3]``)."""
+        """rich display: fields by name, every array as its summary (``float32[3]``)."""
         return rich_fields(self)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:

@@ -11,7 +11,7 @@ from ._pytree import (
     registered_pytree_types,
     resolve_pytree_spec,
 )
-from ._refs import class_ref, lookup_class, register_class_ref, resolve_class
+from ._refs import class_ref, lookup_class, name_classes, register_class_ref, resolve_class
 
 __all__ = [
     "ClassReferenceError",
@@ -24,6 +24,7 @@ __all__ = [
     "class_ref",
     "is_registered_pytree_type",
     "lookup_class",
+    "name_classes",
     "register_attrs_type",
     "register_class_ref",
     "register_pytree_type",

@@ -19,7 +19,7 @@ from ._errors import (
     _NotAClassError,
 )
 
-__all__ = ["class_ref", "lookup_class", "register_class_ref", "resolve_class"]
+__all__ = ["class_ref", "lookup_class", "name_classes", "register_class_ref", "resolve_class"]
 
 _REF_SHAPE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -56,6 +56,46 @@ def class_ref(cls: type) -> str:
     if ref is not None:
         return ref
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def name_classes(*classes: type) -> tuple[str, ...]:
+    """Return a name for each class that tells it apart from the others, for a message.
+
+    A class is named by its ``__qualname__`` (``State``) unless another class
+    given has the same one; those are named by their :func:`class_ref`
+    (``algo.es:State``, ``algo.ga:State``). Two different classes with the
+    same reference (a module reloaded, a class statement run again) get the
+    same name: compare them with ``is``.
+
+    Args:
+        classes: the classes one message names.
+
+    Returns:
+        One name per class, in the order given.
+
+    Raises:
+        TypeError: if one of ``classes`` is not a class.
+
+    Example:
+        >>> import types
+        >>> es, ga = types.ModuleType("algo.es"), types.ModuleType("algo.ga")
+        >>> exec("class State: ...", es.__dict__)
+        >>> exec("class State: ...", ga.__dict__)
+        >>> name_classes(es.State, ga.State)
+        ('algo.es:State', 'algo.ga:State')
+        >>> name_classes(es.State, int)
+        ('State', 'int')
+    """
+    for cls in classes:
+        if not isinstance(cls, type):
+            raise TypeError(f"name_classes() expected classes, got {type(cls).__name__} {cls!r}")
+    owners: dict[str, set[int]] = {}
+    for cls in classes:
+        owners.setdefault(cls.__qualname__, set()).add(id(cls))
+    return tuple(
+        cls.__qualname__ if len(owners[cls.__qualname__]) == 1 else class_ref(cls)
+        for cls in classes
+    )
 
 
 def register_class_ref(cls: type, ref: str | None = None) -> str:

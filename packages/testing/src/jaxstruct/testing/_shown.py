@@ -1,10 +1,12 @@
 """Values of small arrays in the failing example Hypothesis prints.
 
-A struct's own repr summarises every array (``Counter(count=int32[])``), the
-right thing in logs but not in a failing example, where the value is the
-point. ``structs()`` adds a note to each instance it draws (not the nested
-ones, which their parent's note shows): Hypothesis prints it under the
-failing example, with arrays of up to :data:`SMALL` elements shown by value.
+A struct's own repr shows array values only up to the threshold of
+``jaxstruct.core.set_printoptions`` (``Counter(count=int32[])`` once it is 0)
+and never a typed key's data, the right thing in logs but not in a failing
+example, where the value is the point. ``structs()`` adds a note to each
+instance it draws (not the nested ones, which their parent's note shows):
+Hypothesis prints it under the failing example, with arrays of up to
+:data:`SMALL` elements shown by value.
 The text is only built when Hypothesis prints it.
 """
 

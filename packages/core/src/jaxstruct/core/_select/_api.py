@@ -35,7 +35,7 @@ def select(tree: T) -> Selection[T]:
         >>> model = [Linear(w=jnp.ones(2), b=jnp.zeros(2)), Linear(w=jnp.ones(3), b=jnp.zeros(3))]
         >>> new = js.select(model).at_instances_of(Linear).at(lambda l: l.b).set(None)
         >>> new[1]
-        Linear(w=float32[3], b=None)
+        Linear(w=Array([1., 1., 1.], dtype=float32), b=None)
     """
     return Selection(SelectionHole(()), (tree,), ((),))
 
