@@ -19,7 +19,7 @@
 # built docs site in a browser (tests/test_site.py: the same HTML whichever
 # Python builds it) and the built distributions installed in a fresh venv
 # (tests/test_release.py) run once, in part 1; the benchmark harness
-# (tests/test_benchmarks.py, tests/test_bench_debug.py: benchmarks run at
+# (tests/test_benchmarks.py, tests/test_bench_debug.py, tests/test_bench_replace.py: run at
 # uv.lock's versions, where their targets are set) runs in parts 1 and 2, on
 # every supported Python, and not at the floors. Each is left out with
 # pytest's --ignore, so the summary's count says so.
@@ -97,7 +97,8 @@ done
 export JAXSTRUCT_TEST_PEERS=1
 # What the runs after the first leave out (see the header).
 SITE=(--ignore=tests/test_site.py --ignore=tests/test_release.py)
-TOOLING=("${SITE[@]}" --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py)
+TOOLING=("${SITE[@]}" --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py
+    --ignore=tests/test_bench_replace.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
 step "pyright" pyright
