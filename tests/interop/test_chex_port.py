@@ -196,3 +196,37 @@ def test_chex_mapping_habits_exist_in_chex(libs: dict[str, ModuleType]) -> None:
     assert step["reward"] is step.reward
     assert dict(**step)["value"] is step.value
     assert step.to_tuple()[0] is step.reward
+
+
+def test_chex_differences_the_docs_state() -> None:
+    """chex reruns __post_init__ on unflatten, takes keywords only, and makes every field a leaf."""
+    calls: list[int] = []
+
+    @chex.dataclass(frozen=True)
+    class Checked:
+        x: Any
+        label: str = "s"
+
+        def __post_init__(self) -> None:
+            calls.append(1)
+
+    obj = Checked(x=jnp.ones(2))
+    before = len(calls)
+    jax.tree.map(lambda v: v, obj)
+    assert len(calls) == before + 1
+    with pytest.raises(TypeError):
+        Checked(jnp.ones(2))
+    assert "s" in jax.tree.leaves(obj)
+
+    @js.dataclass(frozen=True)
+    class Ported:
+        x: Any
+        label: str = "s"
+
+        def __post_init__(self) -> None:
+            calls.append(1)
+
+    ported = Ported(jnp.ones(2))
+    before = len(calls)
+    jax.tree.map(lambda v: v, ported)
+    assert len(calls) == before
