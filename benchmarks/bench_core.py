@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,22 @@ TARGETS = [
     Target(CLASSDEF_OP, "-", 0.15),
 ]
 CHAIN_LIMIT = 1.1  # a chain's construction ratio <= 1.1x one link's: depth costs nothing
+
+# Parity with flax.struct for ported projects (issue 37): small structs of node
+# fields only, the sizes small optimizer and environment states have.
+PARITY_SIZES = (1, 2, 5, 10, 20)
+PARITY_OPS = {
+    # Flattening an instance JAX has seen before (a state passed to a jitted step again).
+    "flatten": "flatten(obj)",
+    # A base class's replace written as dataclasses.replace (as in flax.struct itself).
+    "dataclasses.replace": "dc_replace(obj, f0=y)",
+    # Both: a new state each step, handed to JAX (informational, no target).
+    "dataclasses.replace+flatten": "flatten(dc_replace(obj, f0=y))",
+}
+PARITY_BASE = "flax"
+PARITY_LIMIT = 1.00
+# The ops with a target (issue 37): each <= PARITY_LIMIT x flax.struct at every size.
+PARITY_TARGET_OPS = ("flatten", "dataclasses.replace")
 SCALING_LIMIT = 1.2  # per-leaf cost at 10k vs 1k elements within 1.2x
 
 
@@ -231,6 +247,8 @@ class Report:
     failures: dict[str, str]
     settings: Settings
     seconds: float
+    # (op, leaves) -> jaxstruct against flax.struct, timed in the same rounds.
+    parity: dict[tuple[str, int], CellResult] = dataclasses.field(default_factory=dict)
 
 
 def _log(msg: str) -> None:
@@ -248,6 +266,46 @@ def _leaves() -> dict[str, Any]:
     }
 
 
+def _parity_classes(size: int) -> dict[str, type]:
+    """A struct of ``size`` node fields ``f0 f1 ...``, with flax.struct and with jaxstruct."""
+    import flax.struct
+    import jaxstruct.core as js
+
+    annotations = {f"f{i}": Any for i in range(size)}
+    return {
+        PARITY_BASE: flax.struct.dataclass(
+            type(f"F{size}", (), {"__annotations__": dict(annotations)})
+        ),
+        SUBJECT: type(f"J{size}", (js.Struct,), {"__annotations__": dict(annotations)}),
+    }
+
+
+def run_parity(settings: Settings, failures: dict[str, str]) -> dict[tuple[str, int], CellResult]:
+    """Time flatten and ``dataclasses.replace`` of small structs, jaxstruct against flax.struct."""
+    try:
+        classes = {size: _parity_classes(size) for size in PARITY_SIZES}
+    except ImportError as err:
+        failures["flax.struct parity"] = f"{type(err).__name__}: {err}"
+        return {}
+    leaf, other = jnp.zeros(3), jnp.ones(3)
+    results: dict[tuple[str, int], CellResult] = {}
+    for op, stmt in PARITY_OPS.items():
+        for size, pair in classes.items():
+            variants: dict[str, tuple[str, Mapping[str, Any]]] = {}
+            for name, cls in pair.items():
+                obj = cls(**{f"f{i}": leaf for i in range(size)})
+                jax.tree_util.tree_flatten(obj)  # JAX has seen it (and its class) before
+                ns = {
+                    "obj": obj,
+                    "y": other,
+                    "flatten": jax.tree_util.tree_flatten,
+                    "dc_replace": dataclasses.replace,
+                }
+                variants[name] = (stmt, ns)
+            results[op, size] = _run_logged(Cell(f"{size} leaves", op, variants), settings)
+    return results
+
+
 def run(
     settings: Settings,
     *,
@@ -256,6 +314,8 @@ def run(
     impl_names: list[str] | None = None,
     classdef: bool = True,
     scaling: bool = True,
+    parity: bool = True,
+    only_parity: bool = False,
 ) -> Report:
     """Time every (op, model) cell for every implementation that loads."""
     started = time.perf_counter()
@@ -264,8 +324,10 @@ def run(
     for name, why in failures.items():
         _log(f"[bench_core] {name} left out: {why}")
     leaves = _leaves()
-    models = list(models or MODELS)
+    models = [] if only_parity else list(models or MODELS)
     ops = list(ops or OPS)
+    if only_parity:
+        classdef = scaling = False
 
     built: dict[tuple[str, str], Built] = {}
     for model in models:
@@ -326,6 +388,8 @@ def run(
                 variants[f"{impl.name}@{WIDE_LARGE}"] = (OP_STMTS[op](big), big.ns)
             scaling_results[op] = _run_logged(Cell("wide scaling", op, variants), settings)
 
+    parity_results = run_parity(settings, failures) if parity or only_parity else {}
+
     gc.unfreeze()
     return Report(
         results,
@@ -337,6 +401,7 @@ def run(
         failures,
         settings,
         time.perf_counter() - started,
+        parity_results,
     )
 
 
@@ -487,6 +552,19 @@ def _verdicts(report: Report) -> list[Verdict]:
             ok,
         )
     )
+    for (op, size), res in report.parity.items():
+        if op not in PARITY_TARGET_OPS:
+            continue
+        ratio = res.ratio(SUBJECT, PARITY_BASE)
+        verdicts.append(
+            Verdict(
+                f"{op}, {size} leaves",
+                "flax parity",
+                f"<= {PARITY_LIMIT:.2f}x {PARITY_BASE}",
+                ratio,
+                None if ratio is None else ratio.median <= PARITY_LIMIT,
+            )
+        )
     for op, res in report.scaling.items():
         ratio = res.ratio(f"{SUBJECT}@{WIDE_LARGE}", f"{SUBJECT}@{WIDE}")
         per_leaf = ratio.scaled(WIDE_LARGE / WIDE) if ratio else None
@@ -505,6 +583,8 @@ def _verdicts(report: Report) -> list[Verdict]:
 def _targets_table(report: Report) -> str:
     rows = []
     for v in _verdicts(report):
+        if v.ratio is None and not report.results:
+            continue  # a run of the flax.struct parity cells only
         mark = "n/a" if v.ok is None else ("pass" if v.ok else "**FAIL**")
         rows.append([v.what, v.model, f"{v.ratio}" if v.ratio else "—", v.limit, mark])
     return _table(["target", "model", f"{SUBJECT} ratio (min-max)", "target", "result"], rows)
@@ -529,6 +609,16 @@ def _scaling_table(report: Report) -> str:
                 ]
             )
     header = ["op", "impl", f"per leaf @{WIDE:,}", f"per leaf @{WIDE_LARGE:,}", "ratio (min-max)"]
+    return _table(header, rows)
+
+
+def _parity_table(report: Report) -> str:
+    rows = []
+    for (op, size), res in report.parity.items():
+        ratio = res.ratio(SUBJECT, PARITY_BASE)
+        base = _fmt_time(res.median(PARITY_BASE)) if PARITY_BASE in res.times else "—"
+        rows.append([op, str(size), base, f"{ratio}" if ratio else "n/a"])
+    header = ["op", "leaves", f"{PARITY_BASE} time", f"{SUBJECT} / {PARITY_BASE} (min-max)"]
     return _table(header, rows)
 
 
@@ -614,6 +704,13 @@ def render(report: Report) -> str:
     ]
     if report.scaling:
         parts += ["### Scaling: wide model, per-leaf cost", "", _scaling_table(report), ""]
+    if report.parity:
+        parts += [
+            f"### Parity with {PARITY_BASE}.struct: small structs of node fields",
+            "",
+            _parity_table(report),
+            "",
+        ]
     if report.floor is not None:
         parts += [
             "### Where construction time goes (flat model, six fields; chain links, three)",
@@ -639,6 +736,9 @@ def to_json(report: Report) -> dict[str, Any]:
             for (op, model), res in report.results.items()
         ],
         "scaling": {op: {"times": res.times} for op, res in report.scaling.items()},
+        "flax_parity": {
+            f"{op}/{size}": {"times": res.times} for (op, size), res in report.parity.items()
+        },
         "construct_floor": report.floor.times if report.floor is not None else None,
         "construct_floor_chain": (
             report.floor_chain.times if report.floor_chain is not None else None
@@ -666,6 +766,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impls", nargs="+", choices=IMPL_ORDER, help="only these containers")
     parser.add_argument("--no-classdef", action="store_true", help="skip the class-definition cell")
     parser.add_argument("--no-scaling", action="store_true", help="skip the scaling check")
+    parser.add_argument(
+        "--no-flax-parity", action="store_true", help="skip the small-struct cells against flax"
+    )
+    parser.add_argument(
+        "--flax-parity-only",
+        action="store_true",
+        help="run only the small-struct cells against flax.struct (flatten, dataclasses.replace)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write raw per-round times here")
     parser.add_argument(
         "--check", action="store_true", help="exit with status 1 when a target is missed"
@@ -689,6 +797,8 @@ def main(args: argparse.Namespace) -> int:
         impl_names=impl_names,
         classdef=not args.no_classdef and (args.ops is None),
         scaling=not args.no_scaling and (args.models is None and args.ops is None),
+        parity=not args.no_flax_parity and (args.models is None and args.ops is None),
+        only_parity=args.flax_parity_only,
     )
     print(render(report), flush=True)
     if args.json:

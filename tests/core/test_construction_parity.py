@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -191,7 +192,7 @@ def test_initvar_is_not_in_the_pytree() -> None:
 def test_initvar_is_in_the_signature() -> None:
     """The constructor signature lists the InitVar with its inner type."""
     assert str(inspect.signature(Scaled)) == "(x: float, scale: float = 1.0) -> None"
-    assert str(inspect.signature(Scaled.__init__)).startswith("(_js_self, x: float, scale: float")
+    assert str(inspect.signature(Scaled.__init__)).startswith("(self, x: float, scale: float")
 
 
 def test_required_initvar() -> None:
@@ -432,7 +433,7 @@ def test_stub_init_signature_before_first_instance() -> None:
         a: int
 
     sig = inspect.signature(A.__init__)
-    assert list(sig.parameters) == ["_js_self", "a"]
+    assert list(sig.parameters) == ["self", "a"]
     assert sig.parameters["a"].annotation is int
 
 
@@ -504,3 +505,54 @@ def test_bound_method_of_another_object_is_accepted() -> None:
 
     other = [1, 2]
     assert Holder(other.count).fn(1) == 1
+
+
+def test_init_annotations_are_real_from_class_creation() -> None:
+    """__init__.__annotations__ and get_type_hints show the fields before any instance exists."""
+
+    def to_int(value: str | int) -> int:
+        return int(value)
+
+    class A(js.Struct):
+        a: int
+        b: list[int] = js.field(default_factory=list)
+        n: int = js.field(static=True, converter=to_int, default=0)
+
+    expected = {"a": int, "b": list[int], "n": str | int, "return": None}
+    assert A.__init__.__annotations__ == expected
+    assert typing.get_type_hints(A.__init__) == {**expected, "return": type(None)}
+    A(1)
+    assert A.__init__.__annotations__ == expected
+
+
+def test_init_annotations_of_a_registered_class() -> None:
+    """A js.dataclass class shows its constructor's annotations and self from creation on."""
+
+    @js.dataclass(frozen=True)
+    class P:
+        x: float
+        tag: str = "t"
+
+    assert P.__init__.__annotations__ == {"x": float, "tag": str, "return": None}
+    assert str(inspect.signature(P.__init__)) == "(self, x: float, tag: str = 't') -> None"
+
+
+def test_init_first_parameter_is_self() -> None:
+    """The constructor's first parameter is named self, before and after it is compiled."""
+
+    class A(js.Struct):
+        a: int
+
+    assert next(iter(inspect.signature(A.__init__).parameters)) == "self"
+    A(1)
+    assert next(iter(inspect.signature(A.__init__).parameters)) == "self"
+
+
+def test_field_named_self_keeps_its_name() -> None:
+    """A field named self is a parameter like any other (the instance takes another name)."""
+
+    class A(js.Struct):
+        self: int
+
+    assert A(self=3).self == 3
+    assert list(inspect.signature(A).parameters) == ["self"]

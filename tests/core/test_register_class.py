@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
+from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -202,3 +204,125 @@ def test_register_class_with_abc() -> None:
 
     with pytest.raises(TypeError, match="abstract"):
         Solver()
+
+
+@pytest.mark.parametrize(
+    "keywords",
+    [
+        {"frozen": True},
+        {"eq": True, "repr": True, "order": False},
+        {"unsafe_hash": True},
+        {"unsafe_hash": False},
+        {"slots": False, "weakref_slot": False},
+        {"mappable_dataclass": False},
+        {"match_args": True, "kw_only": False, "init": True},
+    ],
+)
+def test_dataclass_and_chex_keywords_at_struct_values_are_accepted(
+    keywords: dict[str, Any],
+) -> None:
+    """The dataclass/chex keywords at the values every struct has port unchanged."""
+
+    @js.dataclass(**keywords)
+    class P:
+        x: int
+
+    assert P(x=1).replace(x=2) == P(x=2)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "fix"),
+    [
+        ("frozen", False, "replace"),
+        ("eq", False, "__eq__"),
+        ("repr", False, "__repr__"),
+        ("order", True, "total_ordering"),
+        ("slots", True, "slower"),
+        ("weakref_slot", True, "weak references"),
+        ("mappable_dataclass", True, "to_dict"),
+    ],
+)
+def test_keywords_a_struct_cannot_honour_are_refused(keyword: str, value: bool, fix: str) -> None:
+    """Any other value is a StructDefinitionError naming the class, the keyword and the fix."""
+    options: dict[str, Any] = {keyword: value}
+    with pytest.raises(js.StructDefinitionError, match=rf"P: .*{keyword}={value}.*{fix}"):
+
+        @js.dataclass(**options)
+        class P:
+            x: int
+
+
+def test_unknown_keyword_is_refused_with_the_known_ones() -> None:
+    """A misspelt keyword names itself and the keywords register_class takes."""
+    with pytest.raises(js.StructDefinitionError, match=r"froze=.*frozen=True"):
+
+        @js.dataclass(froze=True)  # type: ignore[call-overload]
+        class P:
+            x: int
+
+
+def test_init_false_keeps_the_class_init() -> None:
+    """init=False is accepted on a class with its own __init__, and refused without one."""
+
+    @js.dataclass(init=False)
+    class P:
+        x: int
+
+        def __init__(self, v: int) -> None:
+            self.x = v * 2
+
+    assert P(2).x == 4
+    with pytest.raises(js.StructDefinitionError, match=r"init=False.*defines none"):
+
+        @js.dataclass(init=False)
+        class Q:
+            x: int
+
+
+def test_match_args_false_leaves_no_match_args() -> None:
+    """match_args=False gives an empty __match_args__, as dataclasses do."""
+
+    @js.dataclass(match_args=False)
+    class P:
+        x: int
+
+    assert P.__match_args__ == ()
+
+
+T = TypeVar("T")
+
+
+@js.dataclass(frozen=True)
+class Box(Generic[T]):
+    value: T
+    count: int = 1
+
+
+def test_generic_class_stays_generic() -> None:
+    """A Generic[T] class promoted by js.dataclass keeps its type parameters."""
+    assert Box.__parameters__ == (T,)
+    assert Box[int](value=3).value == 3
+    assert typing.get_args(Box[int]) == (int,)
+
+
+def test_subclass_of_a_parametrised_promoted_class() -> None:
+    """Box[int] is a base like any generic alias; a subclass keeps Box's fields."""
+
+    class IntBox(Box[int]):
+        pass
+
+    class AnyBox(Box[T]):
+        pass
+
+    assert IntBox(value=1).count == 1
+    assert AnyBox.__parameters__ == (T,)
+    assert AnyBox[str](value="s").value == "s"
+
+
+def test_frozen_error_is_a_frozen_instance_error() -> None:
+    """Assigning a field raises an error that `except FrozenInstanceError` catches."""
+    p = Params(weights=jnp.ones(2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.weights = 1  # type: ignore[misc]
+    assert issubclass(js.FrozenStructError, AttributeError)
+    assert issubclass(js.FrozenStructError, js.StructError)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import sys
 import types
 from typing import Any
@@ -24,6 +25,7 @@ from ._lifecycle import BUILDING, SAFE_STATIC_TYPES, assign_arguments, check_sta
 
 __all__ = [
     "FACTORY",
+    "LazyAnnotations",
     "LazySignature",
     "generate_flat",
     "generate_init",
@@ -129,6 +131,7 @@ def _as_generated(fn: Any, cls: type) -> Any:
     fn.__qualname__ = f"{cls.__qualname__}.__init__"
     fn.__module__ = cls.__module__
     fn._jaxstruct_generated = True
+    fn.__annotations__ = LazyAnnotations(cls)
     signature = _new_signature(LazySignature)
     signature._js_cls = cls
     fn.__signature__ = signature
@@ -232,11 +235,32 @@ def _compile_init(cls: type, layout: Layout) -> Any:
     if not body:
         body.append("    pass")
     signature = ", ".join(["_js_self", *params, *(["*", *kwonly] if kwonly else [])])
+    if not any(spec.name == "self" for spec in layout.init_params):
+        # The instance parameter is called self, as in every other __init__
+        # (inspect.signature shows it), unless a field takes that name.
+        signature = _SELF.sub("self", signature)
+        body = [_SELF.sub("self", line) for line in body]
     init = _compile(cls, "__init__", signature, body, env)
     init.__doc__ = f"Create a {cls.__name__} from its fields."
-    init.__annotations__ = {
-        # Resolved now (once per class): tools reading them (jaxtyping) cannot
-        # see the class's module from this generated function.
+    init.__annotations__ = init_annotations(cls)
+    init._jaxstruct_generated = True
+    init._jaxstruct_compiled = True
+    return init
+
+
+_SELF = re.compile(r"\b_js_self\b")
+
+
+def init_annotations(cls: type) -> dict[str, Any]:
+    """The ``__annotations__`` of the constructor of ``cls``: one per parameter, and ``return``.
+
+    Resolved (string annotations evaluated in the class's module, once per
+    class): tools reading them (jaxtyping, ``typing.get_type_hints``) cannot
+    see that module from a generated function.
+    """
+    layout: Layout = cls.__dict__["__struct_layout__"]
+    resolved = layout.resolve()
+    return {
         **{
             spec.name: converter_input(spec.converter, resolved["converters"][spec.name])
             if spec.converter is not None
@@ -245,9 +269,70 @@ def _compile_init(cls: type, layout: Layout) -> Any:
         },
         "return": None,
     }
-    init._jaxstruct_generated = True
-    init._jaxstruct_compiled = True
-    return init
+
+
+class LazyAnnotations(dict[str, Any]):
+    """The ``__annotations__`` of a stub ``__init__``: the real constructor's, filled on first use.
+
+    A class is defined without compiling or resolving anything; whoever reads
+    the annotations of its ``__init__`` before the first instance exists
+    (``typing.get_type_hints``, ``inspect.get_annotations``, ``functools.wraps``
+    then a read) sees the real parameters all the same. Every reading or
+    writing method fills the dict first.
+    """
+
+    __slots__ = ("_js_cls",)
+
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self._js_cls: type | None = cls
+
+    def _js_fill(self) -> None:
+        cls = self._js_cls
+        if cls is not None:
+            self._js_cls = None
+            dict.update(self, init_annotations(cls))
+
+
+def _filling(name: str) -> Any:
+    method = getattr(dict, name)
+
+    def call(self: LazyAnnotations, /, *args: Any, **kwargs: Any) -> Any:
+        self._js_fill()
+        return method(self, *args, **kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = f"LazyAnnotations.{name}"
+    return call
+
+
+for _name in (
+    "__contains__",
+    "__delitem__",
+    "__eq__",
+    "__getitem__",
+    "__ior__",
+    "__iter__",
+    "__len__",
+    "__ne__",
+    "__or__",
+    "__repr__",
+    "__reversed__",
+    "__ror__",
+    "__setitem__",
+    "clear",
+    "copy",
+    "get",
+    "items",
+    "keys",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "values",
+):
+    setattr(LazyAnnotations, _name, _filling(_name))
+LazyAnnotations.__hash__ = None  # type: ignore[assignment]  # a dict, unhashable
 
 
 def init_annotation(spec: Any) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from jaxstruct.registry import StructError
 
 __all__ = [
@@ -26,8 +28,13 @@ class UnassignedFieldError(ValidationError, TypeError):
     """
 
 
-class FrozenStructError(StructError, AttributeError):
-    """An attribute of a constructed (frozen) struct was set or deleted."""
+class FrozenStructError(StructError, dataclasses.FrozenInstanceError, AttributeError):
+    """An attribute of a constructed (frozen) struct was set or deleted.
+
+    Also a :class:`dataclasses.FrozenInstanceError` (what ``except`` clauses of
+    code written for frozen dataclasses, flax.struct or chex catch), and so an
+    ``AttributeError``.
+    """
 
 
 class StructDefinitionError(StructError, TypeError):

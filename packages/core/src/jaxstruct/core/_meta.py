@@ -21,6 +21,7 @@ from jaxstruct.registry import PytreeSpec, add_spec
 from typing_extensions import dataclass_transform
 
 from ._codegen import cooperative_init, lazy_init, lazy_unflatten
+from ._dataclass import FIELDS_DESCRIPTOR
 from ._errors import StructDefinitionError
 from ._fields import MISSING, FieldKind, FieldSpec, field, from_dataclasses_field
 from ._layout import FLAT, KEYED, Layout
@@ -180,6 +181,9 @@ class StructMeta(abc.ABCMeta):
             _make_parent_init_cooperative(cls)
         layout = Layout(cls, fields, user_init=has_user_init, members=ordered)
         type.__setattr__(cls, "__struct_layout__", layout)
+        # Its own, so that a parent's table (which replaces the parent's descriptor
+        # once built, see _dataclass) is never taken for this class's.
+        type.__setattr__(cls, "__dataclass_fields__", FIELDS_DESCRIPTOR)
         type.__setattr__(
             cls,
             "__match_args__",

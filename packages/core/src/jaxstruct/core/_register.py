@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from typing_extensions import dataclass_transform
 
+from ._errors import StructDefinitionError
 from ._fields import MISSING, FieldSpec, field, from_dataclasses_field
 from ._meta import StructMeta, is_initvar
 from ._struct import Struct
@@ -17,7 +18,58 @@ __all__ = ["dataclass", "register_class"]
 
 T = TypeVar("T", bound=type)
 
-_SKIP = frozenset({"__dict__", "__weakref__", "__annotations__", "__module__", "__qualname__"})
+#: The keywords of ``dataclasses.dataclass`` and ``chex.dataclass`` with the one
+#: value a struct class always has (so passing it changes nothing), and why any
+#: other value is refused, with the way out.
+_FIXED_KEYWORDS: dict[str, tuple[bool, str]] = {
+    "frozen": (
+        True,
+        "struct instances are always frozen, because JAX treats them as values; derive "
+        "changed copies with .replace(...), or keep mutable state in an opaque field "
+        "(field(pytree=False))",
+    ),
+    "eq": (
+        True,
+        "== and hash() are always by field value (arrays by value); define __eq__ and "
+        "__hash__ in the class body to change them",
+    ),
+    "repr": (True, "define __repr__ in the class body to replace the generated one"),
+    "order": (
+        False,
+        "structs hold arrays, which have no total order; define __lt__ and the others in "
+        "the class body (functools.total_ordering helps)",
+    ),
+    "slots": (
+        False,
+        "jaxstruct lays out instance attributes itself; __slots__ would make flattening "
+        "slower, not faster",
+    ),
+    "weakref_slot": (False, "struct instances support weak references already"),
+    "mappable_dataclass": (
+        False,
+        "a struct is no Mapping; write obj.name or getattr(obj, name) for obj[name], "
+        "obj.to_dict() for dict(obj) and **obj, type(obj).fields() for keys() "
+        "(docs/coming-from.md, 'From chex')",
+    ),
+}
+
+
+def _check_keywords(cls: type, keywords: dict[str, Any]) -> None:
+    """Refuse a dataclass or chex keyword a struct class cannot honour, naming the fix."""
+    for key, value in keywords.items():
+        fixed = _FIXED_KEYWORDS.get(key)
+        if fixed is None:
+            known = ", ".join(f"{k}={v[0]}" for k, v in _FIXED_KEYWORDS.items())
+            raise StructDefinitionError(
+                f"{cls.__qualname__}: register_class() (js.dataclass) does not know the keyword "
+                f"{key}=; it takes name=, kw_only=, init=, match_args=, unsafe_hash= and, at "
+                f"the value every struct has, {known}"
+            )
+        if bool(value) is not fixed[0]:
+            raise StructDefinitionError(
+                f"{cls.__qualname__}: register_class() (js.dataclass) cannot make a struct class "
+                f"with {key}={value!r}: {fixed[1]}. Drop {key}= (or pass {key}={fixed[0]})"
+            )
 
 
 def _metaclass_for(cls: type) -> type:
@@ -56,9 +108,33 @@ def _from_stdlib_dataclass(cls: type, ns: dict[str, Any]) -> bool:
 @overload
 def register_class(cls: T, /) -> T: ...
 @overload
-def register_class(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
+def register_class(
+    *,
+    name: str | None = None,
+    kw_only: bool = False,
+    init: bool = True,
+    match_args: bool = True,
+    unsafe_hash: bool = False,
+    frozen: bool = True,
+    eq: bool = True,
+    repr: bool = True,
+    order: bool = False,
+    slots: bool = False,
+    weakref_slot: bool = False,
+    mappable_dataclass: bool = False,
+) -> Callable[[T], T]: ...
 @dataclass_transform(frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field))
-def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
+def register_class(
+    cls: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    kw_only: bool = False,
+    init: bool = True,
+    match_args: bool = True,
+    unsafe_hash: bool = False,
+    **keywords: Any,
+) -> Any:
     """Promote an existing class to a :class:`Struct` (decorator or direct call).
 
     Returns a new class whose bases are ``(cls, Struct)``: the original class
@@ -72,13 +148,34 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
     code written for dataclasses is) is returned as it is: its fields were
     collected when it was defined.
 
+    The keywords of ``dataclasses.dataclass`` and ``chex.dataclass`` are
+    taken at the values every struct has, so that ``@dataclass(frozen=True)``
+    ports unchanged: ``frozen=True``, ``eq=True``, ``repr=True``,
+    ``order=False``, ``slots=False``, ``weakref_slot=False`` and
+    ``mappable_dataclass=False``; ``unsafe_hash`` either way (a struct always
+    hashes by field value). Any other value, or an unknown keyword, is a
+    :class:`StructDefinitionError` naming the keyword and what to write instead.
+    A generic class (``Generic[T]``, or ``class Box[T]`` on Python 3.12+) stays
+    generic: ``Box[int]`` works on the new class.
+
     Args:
         cls: the class to promote.
         name: register (and name) the new class under this name instead.
         kw_only: make the class's own fields keyword-only (as the class keyword does).
+        init: ``False`` keeps the ``__init__`` the class defines (it is kept anyway);
+            a class without one has nothing to keep, and is refused.
+        match_args: set ``__match_args__`` (positional ``match`` patterns), as dataclasses do.
+        unsafe_hash: accepted either way: structs hash by field value.
+        **keywords: the dataclass and chex keywords above, at the values structs have.
 
     Returns:
         The new struct class.
+
+    Raises:
+        StructDefinitionError: a keyword a struct class cannot honour, or ``init=False``
+            on a class without its own ``__init__``.
+        TypeError: ``cls`` is not a class, or is a struct already and a keyword would
+            change it.
 
     Example:
         >>> import jaxstruct.core as js
@@ -92,9 +189,12 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
         (True, 'Params')
     """
 
+    del unsafe_hash  # either way: a struct always hashes by field value
+
     def wrap(original: type) -> type:
         if not isinstance(original, type):
             raise TypeError(f"register_class() expected a class, got {original!r}")
+        _check_keywords(original, keywords)
         if isinstance(original, StructMeta):
             if name is None and not kw_only:
                 # A struct class (a subclass decorated as code written for
@@ -127,6 +227,12 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
             adopted = "__init__" in original.__dict__
             if adopted:
                 ns["__init__"] = original.__dict__["__init__"]
+        if not init and not adopted:
+            raise StructDefinitionError(
+                f"{original.__qualname__}: register_class(init=False) keeps the class's own "
+                "__init__, but it defines none; drop init=False to get the generated "
+                "constructor, or define __init__ in the class"
+            )
         meta = _metaclass_for(original)
         # A stdlib dataclass's generated __init__ is replaced by ours on purpose (its
         # fields were taken over above); any other inherited __init__ is still checked.
@@ -137,7 +243,14 @@ def register_class(cls: Any = None, /, *, name: str | None = None, kw_only: bool
             _adopted_init=adopted,
             overwrite_parent_init=dataclasses.is_dataclass(original) and not adopted,
             kw_only=kw_only,
+            match_args=match_args,
         )
+        parameters = original.__dict__.get("__parameters__")
+        if parameters:
+            # typing.Generic collects a class's type parameters from the bases it was
+            # written with (__orig_bases__); the new class has none of its own, so
+            # without this Box[int] would say "not a generic class".
+            type.__setattr__(new, "__parameters__", parameters)
         # The original's class attributes holding field() specs or defaults are now
         # fields of the struct; remove them so they cannot shadow instance values.
         for attr in list(ns.get("__annotations__", {})):
@@ -160,11 +273,25 @@ if TYPE_CHECKING:
     @overload
     def dataclass(cls: T, /) -> T: ...
     @overload
-    def dataclass(*, name: str | None = None, kw_only: bool = False) -> Callable[[T], T]: ...
+    def dataclass(
+        *,
+        name: str | None = None,
+        kw_only: bool = False,
+        init: bool = True,
+        match_args: bool = True,
+        unsafe_hash: bool = False,
+        frozen: bool = True,
+        eq: bool = True,
+        repr: bool = True,
+        order: bool = False,
+        slots: bool = False,
+        weakref_slot: bool = False,
+        mappable_dataclass: bool = False,
+    ) -> Callable[[T], T]: ...
     @dataclass_transform(
         frozen_default=True, field_specifiers=(field, FieldSpec, dataclasses.field)
     )
-    def dataclass(cls: Any = None, /, *, name: str | None = None, kw_only: bool = False) -> Any:
+    def dataclass(cls: Any = None, /, **options: Any) -> Any:
         """Alias of :func:`register_class`."""
 
 else:
