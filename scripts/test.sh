@@ -2,7 +2,7 @@
 # The whole test suite. Run from the repository root:
 #     uv run --frozen --all-packages bash scripts/test.sh [pytest arguments]
 #
-# (The default dependency groups are dev and peers: peers installs optax, flax and
+# (The default dependency groups are dev and peers: peers installs optax, flax, chex and
 # equinox, against which the tests of other libraries' pytrees and of what the docs
 # say about them run; those runs fail rather than skip when a peer is missing.)
 #

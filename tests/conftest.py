@@ -49,7 +49,7 @@ collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
 # installed (the lowest-versions runs);
 # scripts/test.sh says JAXSTRUCT_TEST_PEERS=1 for the runs at uv.lock's versions,
 # where a missing peer is an error instead of a silent skip.
-PEERS = ("flax", "equinox", "optax")
+PEERS = ("flax", "equinox", "optax", "chex")
 REQUIRE_PEERS = os.environ.get("JAXSTRUCT_TEST_PEERS") == "1"
 
 
@@ -82,7 +82,7 @@ def _needs_orbax(item: pytest.Item) -> str | None:
     return None
 
 
-_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox|optax)\b", re.M)
+_PEER_IMPORT = re.compile(r"^\s*(?:import|from) (flax|equinox|optax|chex)\b", re.M)
 
 
 def _needs_missing_peer(item: pytest.Item) -> str | None:
