@@ -312,6 +312,8 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
             return [(c, f"[{i}]") for i, c in enumerate(items)]
         if tag == "dict":
             items = node[1]
+            if not isinstance(items, list):  # a mapping, say: no children to label
+                return []
             out: list[tuple[object, str]] = []
             for i in range(0, len(items) - 1, 2):
                 label = key_label(nodes, items[i])  # 'lr', as export names it
@@ -327,7 +329,7 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
             ]
         if tag == "codec":
             return [(node[2], f".<{node[1]}>")]
-    except (IndexError, TypeError, AttributeError):
+    except (IndexError, KeyError, TypeError, AttributeError):
         return []
     return []
 
