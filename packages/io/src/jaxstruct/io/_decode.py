@@ -8,6 +8,7 @@ import enum
 import functools
 import math
 import struct
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -276,6 +277,12 @@ class _Decoder:
         return self.arrays[key]
 
 
+def _is_abstract(arr: Any) -> bool:
+    """Whether ``arr`` is a ``jax.ShapeDtypeStruct`` (a partial restore's unread array)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(arr, jax.ShapeDtypeStruct)
+
+
 def _too_wide(arr: np.ndarray) -> bool:
     """Whether ``arr`` is 64-bit data that JAX would narrow (``jax_enable_x64`` is off)."""
     import jax
@@ -479,8 +486,9 @@ def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     arr = d.take(node[1])
     if not isinstance(arr, np.ndarray):
         # Already placed on devices by a restore target, or left unread by a
-        # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
-        if weak and not getattr(arr, "weak_type", True):
+        # partial restore (an abstract jax.ShapeDtypeStruct stands in for it,
+        # and is kept as it is: the selection finds it by identity).
+        if weak and not getattr(arr, "weak_type", True) and not _is_abstract(arr):
             restored = _weakly_typed(arr)  # as weak as it was saved, where it was put
             return (arr if restored is None else restored), []
         return arr, []
