@@ -6,6 +6,8 @@ import base64
 import binascii
 import enum
 import functools
+import importlib
+import inspect
 import math
 import struct
 import sys
@@ -29,7 +31,15 @@ from ._jax_private import put_on_default_device, weakly_typed
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch
-from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
+from ._values import (
+    KNOWN_MAPPINGS,
+    Codec,
+    build_struct,
+    imported_node_class,
+    known_mapping,
+    struct_fields,
+    unflatten_node,
+)
 
 _SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {t: c for c, t in SEQUENCE_TAGS.items()}
 
@@ -78,7 +88,7 @@ class Resolver:
         if cls is not None:
             return cls
         module = ref.partition(":")[0]
-        if any(module == a or module.startswith(a + ".") for a in self.allow):
+        if self.allows(module):
             try:
                 return resolve_class(ref, allow_import=True)
             except ClassReferenceError as err:
@@ -88,10 +98,39 @@ class Resolver:
             "modules on its own. Either (1) import or define the class before loading (Struct "
             "subclasses and registered pytree types are found automatically; other classes via "
             "jaxstruct.registry.register_class_ref), (2) pass target= holding an instance of the "
-            "class at this place in the tree (jax.eval_shape of your own constructor), (3) pass "
+            "class at this place in the tree (jax.eval_shape of your own constructor; for a model "
+            "holding functions, such as an equinox or flax NNX one, a freshly built model or "
+            "equinox.filter_eval_shape / flax.nnx.eval_shape of it), (3) pass "
             f"load_cls=TheClass (or load_cls={{{ref!r}: TheClass}}), or (4) if you trust this "
             f"file, allow importing its module with allow_imports=[{module!r}]"
         )
+
+    def allows(self, module: str) -> bool:
+        """Whether the user allowed importing ``module`` (``allow_imports``)."""
+        return any(module == a or module.startswith(a + ".") for a in self.allow)
+
+    def function(self, ref: str) -> Any:
+        """The function ``ref`` (``module:qualname``) names, when the user allowed its module
+        with ``allow_imports``; ``None`` otherwise. Only a plain function defined there under
+        that name is returned (never a class or another object): nothing is called."""
+        module_name, _, qualname = ref.partition(":")
+        if not qualname or "<" in qualname or not self.allows(module_name):
+            return None
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except Exception:  # the module cannot be imported: refused as if not allowed
+            return None
+        for part in qualname.split("."):
+            obj = inspect.getattr_static(obj, part, None)
+            if obj is None:
+                return None
+        if isinstance(obj, staticmethod):
+            obj = obj.__func__
+        if not inspect.isfunction(obj) and not inspect.isbuiltin(obj):
+            return None
+        if obj.__module__ != module_name or obj.__qualname__ != qualname:
+            return None
+        return obj
 
 
 def _float(value: object) -> float:
@@ -336,6 +375,8 @@ def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
             ]
         if tag == "codec":
             return [(node[2], f".<{node[1]}>")]
+        if tag == "mapping":
+            return [(node[2], ".<items>")]
     except (IndexError, KeyError, TypeError, AttributeError):
         return []
     return []
@@ -678,12 +719,58 @@ def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     name = _str(node[1], "callable name")
     value = d.target.leaves.get(i)
     if value is None:
+        value = d.resolver.function(name)
+    if value is None:
+        module = name.partition(":")[0]
         raise _NodeError(
             f"it was the function {name!r}, and checkpoints never store code; load with "
-            "target= holding the same structure built by your own code (jax.eval_shape of "
-            "your constructor), and the function at this place is taken from it"
+            "target= holding the same structure built by your own code (a freshly built "
+            "model, or equinox.filter_eval_shape / flax.nnx.eval_shape of your constructor: "
+            "jax.eval_shape cannot return one holding functions), and the function at this "
+            "place is taken from it; or, if you trust this file, allow the module that defines "
+            f"it with allow_imports=[{module!r}]"
         )
     return value, []
+
+
+def _h_scalartype(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3 or node[1] not in ("numpy", "jax") or not isinstance(node[2], str):
+        raise _NodeError("malformed scalartype node")
+    name = node[2]
+    if node[1] == "jax":
+        import jax.numpy as module
+    else:
+        module = np
+    cls = getattr(module, name, None) if name.isidentifier() and name.islower() else None
+    # Only a scalar type of that very dtype (np.float32, jnp.bfloat16), never another name.
+    dtype = (
+        np.dtype(cls)
+        if isinstance(cls, type) and issubclass(cls, np.generic) and node[1] == "numpy"
+        else getattr(cls, "dtype", None)
+        if isinstance(cls, type) and node[1] == "jax"
+        else None
+    )
+    if not isinstance(dtype, np.dtype) or dtype.name != name:
+        raise _NodeError(f"{node[1]} has no scalar type {clip(repr(name))}")
+    return cls, []
+
+
+def _h_mapping(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3 or not isinstance(node[1], str):
+        raise _NodeError("malformed mapping node")
+    cls = known_mapping(node[1])
+    if cls is None:
+        raise _NodeError(
+            f"mapping class {clip(repr(node[1]))} is not known to this process; loading never "
+            "imports modules on its own, so import the library that defines it first"
+            if node[1] in KNOWN_MAPPINGS
+            else f"mapping class {clip(repr(node[1]))} is not one loading rebuilds"
+        )
+    kids = d.children(i, [node[2]])
+    items = d.out[kids[0]]
+    if type(items) is not dict:
+        raise _NodeError(f"a mapping node holds a dict, got {type(items).__name__}")
+    return cls(items), kids
 
 
 def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -737,6 +824,8 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
     "struct": _h_struct,
     "pytree": _h_pytree,
     "callable": _h_callable,
+    "scalartype": _h_scalartype,
+    "mapping": _h_mapping,
     "codec": _h_codec,
 }
 

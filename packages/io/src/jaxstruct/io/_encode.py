@@ -27,7 +27,7 @@ from jaxstruct.registry import (
 from . import _fs
 from ._plugins import current_registry
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
-from ._values import flatten_named, struct_fields
+from ._values import flatten_named, known_mapping_ref, struct_fields
 
 _SAFE_INT = 1 << 53
 #: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
@@ -205,6 +205,8 @@ class _Encoder:
             return ["enum", _remember_class(cls), _member_name(value, path)]
         if PATH_TYPES.get(cls.__name__) is cls:
             return ["path", cls.__name__, str(value)]
+        if isinstance(value, type):
+            return _scalar_type(value)
         return None
 
     def _container(
@@ -245,6 +247,11 @@ class _Encoder:
         foreign = flatten_named(value)
         if foreign is not None:
             return self._foreign(value, path, *foreign)
+        ref = known_mapping_ref(cls)
+        if ref is not None:  # flax NNX keeps one in a module's static data
+            return (lambda ch: ["mapping", ref, ch[0]]), [
+                (dict(value), _Path(path, "text", ".<items>"))
+            ]
         if (
             inspect.isroutine(value)
             or isinstance(value, functools.partial)
@@ -315,6 +322,25 @@ class _Encoder:
         items = [(payload, _Path(path, "text", ".<payload>"))]
         items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+
+
+def _scalar_type(cls: type) -> list[Any] | None:
+    """A NumPy or ``jax.numpy`` scalar type (``jnp.float32``, a module's ``param_dtype``) as
+    ``["scalartype", library, dtype name]``, or ``None`` for any other class."""
+    dtype = getattr(cls, "dtype", None) if not issubclass(cls, np.generic) else None
+    if isinstance(dtype, np.dtype):  # jax.numpy's scalar types carry their dtype
+        jnp = sys.modules.get("jax.numpy")
+        if jnp is not None and getattr(jnp, dtype.name, None) is cls:
+            return ["scalartype", "jax", dtype.name]
+        return None
+    if issubclass(cls, np.generic) and cls not in (np.generic, np.object_):
+        try:
+            name = np.dtype(cls).name
+        except TypeError:
+            return None
+        if getattr(np, name, None) is cls:
+            return ["scalartype", "numpy", name]
+    return None
 
 
 def _member_name(value: enum.Enum, path: _Path) -> str:

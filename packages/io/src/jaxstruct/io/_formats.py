@@ -87,7 +87,7 @@ def _children(nodes: list[Any], node: list[Any]) -> list[tuple[str | None, Any]]
     if tag == "pytree":  # a JAX pytree node may name its children (JAX's key paths)
         names = child_names(node) or range(len(node[4]))
         return [(escape_step(str(n)), c) for n, c in zip(names, node[4], strict=True)]
-    if tag == "codec":
+    if tag in ("codec", "mapping"):
         return [(None, node[2])]
     return []
 

@@ -113,6 +113,10 @@ def _describe(
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []
     if tag == "codec":
         return f"<codec {node[1]!r}>", [("<data>", node[2])]
+    if tag == "mapping":
+        return f"mapping {node[1]}", [("<items>", node[2])]
+    if tag == "scalartype":
+        return f"scalar type {node[1]}.{node[2]}", []
     if tag in ("array", "jaxarray", "prngkey"):
         if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
             raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")

@@ -233,6 +233,8 @@ def _children_of(
         ]
     if tag == "codec":
         return [(node[2], None, f"{path}.<{node[1]}>")]
+    if tag == "mapping":
+        return [(node[2], None, f"{path}.<items>")]
     return []
 
 
