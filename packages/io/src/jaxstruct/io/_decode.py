@@ -30,12 +30,13 @@ from ._formats import child_names, key_label
 from ._jax_private import put_on_default_device, weakly_typed
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
-from ._targets import TargetMatch
+from ._targets import TargetMatch, mark_unused
 from ._values import (
     KNOWN_MAPPINGS,
     Codec,
     build_struct,
     imported_node_class,
+    is_struct_class,
     known_mapping,
     struct_fields,
     unflatten_node,
@@ -206,6 +207,19 @@ class _Decoder:
         except Exception:  # one array JAX refuses: each node reports its own error
             return
         self.placed = dict(zip(keys, placed, strict=True))
+
+    def skip_ported_static(self) -> None:
+        """Leave out the functions in the static data of another library's pytree node whose
+        class is a Struct now: that node loads into the struct's own fields, or is refused."""
+        for i, node in enumerate(self.nodes):
+            if type(node) is list and len(node) >= 4 and node[0] == "pytree" and node[2] == "j":
+                ref = node[1]
+                cls = self.resolver.overrides.get(ref) if isinstance(ref, str) else None
+                cls = cls or self.target.classes.get(i)
+                if cls is None and isinstance(ref, str):
+                    cls = lookup_class(ref)
+                if cls is not None and is_struct_class(cls):
+                    mark_unused(self.nodes, node[3], self.target.unused)
 
     def fail(self, index: int, problem: str) -> SerializationError:
         return SerializationError(f"{self.source}: the value at {self.path_of(index)}: {problem}")
@@ -672,10 +686,7 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         if is_registered_pytree_type(cls):
             # Structs and jaxstruct-registered types are rebuilt with their checks
             # (converters, validators, deserializers), never through raw unflatten.
-            raise _NodeError(
-                f"{ref!r} is registered with jaxstruct, but the file stores it as a plain JAX "
-                "pytree node; a checkpoint written by jaxstruct never does that"
-            )
+            return _ported(d, i, node, cls, ref)
     else:
         try:
             spec = resolve_pytree_spec(cls)
@@ -713,10 +724,62 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     return value, kids
 
 
+def _ported(d: _Decoder, i: int, node: list[Any], cls: type, ref: str) -> tuple[Any, list[int]]:
+    """A value stored as another library's pytree node (a flax.struct or chex dataclass, an
+    equinox Module) whose class is a Struct now: built by the struct's own construction from
+    the stored children, matched by field names, when the user vouches for the class."""
+    vouched = d.target.classes.get(i) is cls or d.resolver.overrides.get(ref) is cls
+    if not is_struct_class(cls):
+        raise _NodeError(
+            f"{ref!r} is registered with jaxstruct now, but the file stores it as another "
+            "library's pytree node (the class was registered with JAX only when the file was "
+            "written), and registered types are rebuilt only by their own deserializer; load "
+            "it with the code that wrote it, or make the class a Struct (then target= or "
+            "load_cls= loads it by field names)"
+        )
+    if not vouched:
+        raise _NodeError(
+            f"{ref!r} is a Struct now, but the file stores it as another library's pytree "
+            "node (the class was a flax.struct or chex dataclass, or an equinox Module, when "
+            "the file was written); to load it into the struct, matched by field names and "
+            "built by its own constructor, pass target= holding an instance of "
+            f"{cls.__qualname__} at this place (jax.eval_shape of your constructor) or "
+            f"load_cls={{{ref!r}: {cls.__qualname__}}}"
+        )
+    names = child_names(node)
+    if names is None:
+        raise _NodeError(
+            f"the stored pytree node of {ref!r} names no fields, so it cannot be matched to the "
+            f"fields of {cls.__qualname__}"
+        )
+    kids = d.children(i, [node[3], *node[4]])
+    values = {name: d.out[c] for name, c in zip(names, kids[1:], strict=True)}
+    for name, value in (d.target.supplied.get(i) or {}).items():
+        values.setdefault(name, value)  # not stored as a child (static then): the target's
+    specs = {f.name: f for f in struct_fields(cls)}
+    unknown = [n for n in values if n not in specs or specs[n].is_derived]
+    if unknown:
+        raise _NodeError(
+            f"stored field(s) {unknown} of {ref!r} are not fields of {cls.__qualname__}; give "
+            "the struct these fields, or load with the class that wrote the file"
+        )
+    try:
+        value = cls(**values)
+    except Exception as err:
+        raise _NodeError(
+            f"building {cls.__qualname__} from the stored fields {sorted(values)} failed "
+            f"({type(err).__name__}: {err}); fields that were static in the old class are not "
+            "named in the file: pass target= holding their values"
+        ) from err
+    return value, kids
+
+
 def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError("malformed callable node")
     name = _str(node[1], "callable name")
+    if i in d.target.unused:
+        return None, []  # static data of a node loaded into a Struct: never used
     value = d.target.leaves.get(i)
     if value is None:
         value = d.resolver.function(name)
@@ -851,6 +914,7 @@ def decode_state(
     decoder.codec_named = codec_named
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
+        decoder.skip_ported_static()
     value = decoder.run(manifest.get("root"))
     root_cls = resolver.root_cls
     if root_cls is not None and not isinstance(value, root_cls):

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
-from ._formats import ArraySpec, Placement
+from ._formats import ArraySpec, Placement, child_names
 from ._values import flatten_named, is_struct_class, struct_fields
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
@@ -105,6 +105,9 @@ class TargetMatch:
     classes: dict[int, type] = dataclasses.field(default_factory=dict)
     supplied: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     leaves: dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: Nodes whose value is thrown away: the static data of another library's pytree node
+    #: that loads into a Struct (the struct's own fields replace it).
+    unused: set[int] = dataclasses.field(default_factory=set)
 
 
 _ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
@@ -238,6 +241,76 @@ def _children_of(
     return []
 
 
+def _ported_children(
+    target: Any, node: list[Any], path: str, match: TargetMatch, index: int
+) -> list[tuple[Any, Any, str]]:
+    """The children of another library's pytree node that loads into the Struct ``target``:
+    its named children matched to the struct's fields; the fields it does not store as
+    children come from the target."""
+    names = child_names(node) or []
+    supplied = {
+        name: value
+        for name, value in _field_values(target).items()
+        if name not in names and not _abstract(value)
+    }
+    if supplied:
+        match.supplied[index] = supplied
+    return [(node[3], None, f"{path}.<static>")] + [
+        (kid, getattr(target, str(name), None), f"{path}.{name}")
+        for name, kid in zip(names, node[4], strict=False)
+    ]
+
+
+def mark_unused(nodes: list[Any], top: object, unused: set[int]) -> None:
+    """Add the ``callable`` nodes under ``top`` to ``unused`` (their values are not needed)."""
+    stack = [top]
+    while stack and len(unused) <= len(nodes):
+        index = stack.pop()
+        if type(index) is not int or not 0 <= index < len(nodes) or index in unused:
+            continue
+        node = nodes[index]
+        if not isinstance(node, list) or not node:
+            continue
+        if node[0] == "callable":
+            unused.add(index)
+        for child in _child_indices(node):
+            if type(child) is int and child < index:
+                stack.append(child)
+
+
+def _child_indices(node: list[Any]) -> list[Any]:
+    """The child indices of a container node of the static data (never validated here)."""
+    tag = node[0]
+    try:
+        if tag in ("list", "tuple", "set", "frozenset", "dict"):
+            return list(node[1])
+        if tag == "namedtuple":
+            return list(node[2])
+        if tag == "struct":
+            return list(node[3].values())
+        if tag == "pytree":
+            return [node[3], *node[4]]
+        if tag in ("codec", "mapping"):
+            return [node[2]]
+    except (IndexError, TypeError, AttributeError):
+        pass
+    return []
+
+
+def _field_values(target: Any) -> dict[str, Any]:
+    return {
+        spec.name: getattr(target, spec.name)
+        for spec in struct_fields(type(target))
+        if not spec.is_derived
+    }
+
+
+def _abstract(value: Any) -> bool:
+    import jax
+
+    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value))
+
+
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
     """``(aux data or None, children)`` of a pytree value, as its stored node lists them."""
     if mode == "j":  # registered with JAX only: its own flatten, one level
@@ -312,7 +385,14 @@ def match_target(
                     supplied = _unstored_values(sub)
                     if supplied:
                         match.supplied[index] = supplied
-            kids = _children_of(sub, node, nodes, path, where)
+            if node[0] == "pytree" and node[2] == "j" and index in match.classes:
+                if is_struct_class(cls):  # stored by another library, a Struct now
+                    kids = _ported_children(sub, node, path, match, index)
+                    mark_unused(nodes, node[3], match.unused)
+                else:
+                    kids = _children_of(sub, node, nodes, path, where)
+            else:
+                kids = _children_of(sub, node, nodes, path, where)
         except (IndexError, TypeError, AttributeError, KeyError):
             continue  # malformed: the decoder names it
         except SerializationError:
