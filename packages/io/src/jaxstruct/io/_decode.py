@@ -165,6 +165,7 @@ class _Decoder:
         limits: Limits,
         source: str,
         target: TargetMatch | None = None,
+        codec_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.nodes = nodes
         self.target = target if target is not None else TargetMatch({})
@@ -177,7 +178,9 @@ class _Decoder:
         self.used = bytearray(len(nodes))
         self.arrays_used: set[str] = set()
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
-        self.codec_named: Callable[[str], Any] | None = None
+        # Looks codecs up by name (a partial restore keeps some undecoded); the registry's
+        # own lookup when None.
+        self.codec_named = codec_named
 
     def place_all(self) -> None:
         """Put every host array that a JAX array or PRNG key node needs on the device at once."""
@@ -909,9 +912,15 @@ def decode_state(
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
     decoder = _Decoder(
-        nodes, meta, arrays, resolver=resolver, limits=limits, source=source, target=target
+        nodes,
+        meta,
+        arrays,
+        resolver=resolver,
+        limits=limits,
+        source=source,
+        target=target,
+        codec_named=codec_named,
     )
-    decoder.codec_named = codec_named
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
         decoder.skip_ported_static()

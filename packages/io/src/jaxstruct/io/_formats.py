@@ -231,7 +231,8 @@ _ALIGN = 64
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned."""
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned
+    (the allocator under :func:`empty_array`, for readers that fill raw bytes first)."""
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start : start + nbytes]
@@ -244,6 +245,8 @@ def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
     it without a copy), it is uninitialised, and it is laid out in ``order``
     (``"C"``, or ``"F"`` for an array stored in Fortran order). Read the stored
     bytes into ``memoryview(arr.reshape(-1, order=order).view(numpy.uint8))``.
+    It is io's one aligned allocator: a format plugin's ``read_arrays`` uses it
+    rather than an allocator of its own.
 
     Example:
         >>> import numpy as np

@@ -227,22 +227,21 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     )
 
 
-def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
-    """Read every array of a checkpoint, without building JAX arrays, and check sizes, CRCs,
-    dtypes and shapes against the manifest: one message per bad member, ``[]`` when sound.
+def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
+    """Read every array of a checkpoint, without building JAX arrays, and check sizes,
+    checksums, dtypes and shapes against the manifest (``jaxstruct inspect --verify``).
+
+    Returns:
+        One message per bad member (``[]`` when sound), and whether stored checksums
+        were checked (a format without them has its arrays read, one at a time).
 
     Example:
         >>> import tempfile, numpy as np
         >>> from jaxstruct.io import export
         >>> target = Path(tempfile.mkdtemp()) / "ckpt.zip"
-        >>> verify(export({"w": np.zeros(3)}, target))
-        []
+        >>> verify_report(export({"w": np.zeros(3)}, target))
+        ([], True)
     """
-    return verify_report(path, **limits)[0]
-
-
-def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
-    """Like :func:`verify`; also return whether stored checksums were checked."""
     lim = limits_from_kwargs("verify", limits)
     target = Path(os.fspath(path))
     where = repr(str(target))
