@@ -25,9 +25,16 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._encode import PATH_TYPES, SEQUENCE_TAGS
-from ._formats import child_names, key_label
 from ._jax_private import put_on_default_device, weakly_typed
+from ._nodes import (
+    CLASS_TAGS,
+    PATH_TYPES,
+    SEQUENCES,
+    MalformedNode,
+    child_names,
+    children,
+    error_step,
+)
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
 from ._targets import TargetMatch, mark_unused
@@ -41,8 +48,6 @@ from ._values import (
     struct_fields,
     unflatten_node,
 )
-
-_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {t: c for c, t in SEQUENCE_TAGS.items()}
 
 
 class _NodeError(Exception):
@@ -230,9 +235,15 @@ class _Decoder:
     def path_of(self, index: int) -> str:
         parents: dict[int, tuple[int, str]] = {}
         for i, node in enumerate(self.nodes):
-            for child, label in _child_labels(node, self.nodes):
-                if isinstance(child, int) and child not in parents:
-                    parents[child] = (i, label)
+            if not isinstance(node, list) or not node:
+                continue
+            try:
+                kids = children(node)
+            except (MalformedNode, TypeError):
+                continue  # a malformed node: no children to label
+            for child in kids:
+                if isinstance(child.index, int) and child.index not in parents:
+                    parents[child.index] = (i, error_step(self.nodes, child))
         parts: list[str] = []
         while index in parents and len(parts) < 10_000:
             index, label = parents[index]
@@ -270,7 +281,8 @@ class _Decoder:
             if (
                 isinstance(node, list)
                 and len(node) > 1
-                and node[0] in {"struct", "pytree", "namedtuple", "enum"}
+                and isinstance(node[0], str)
+                and node[0] in CLASS_TAGS
             ):
                 if isinstance(node[1], str):
                     self.resolver.overrides.setdefault(node[1], self.resolver.root_cls)
@@ -365,40 +377,6 @@ def _weakly_typed(arr: Any) -> Any:
     return out
 
 
-def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
-    if not isinstance(node, list) or not node:
-        return []
-    tag = node[0]
-    try:
-        if tag in _SEQUENCES or tag == "namedtuple":
-            items = node[1] if tag in _SEQUENCES else node[2]
-            return [(c, f"[{i}]") for i, c in enumerate(items)]
-        if tag == "dict":
-            items = node[1]
-            if not isinstance(items, list):  # a mapping, say: no children to label
-                return []
-            out: list[tuple[object, str]] = []
-            for i in range(0, len(items) - 1, 2):
-                label = key_label(nodes, items[i])  # 'lr', as export names it
-                out.append((items[i], f".<key {label or i // 2}>"))
-                out.append((items[i + 1], f"[{label or f'<key {i // 2}>'}]"))
-            return out
-        if tag == "struct":
-            return [(c, f".{name}") for name, c in node[3].items()]
-        if tag == "pytree":
-            steps = child_names(node) or [f"<child {i}>" for i in range(len(node[4]))]
-            return [(node[3], ".<payload>")] + [
-                (c, f".{step}") for c, step in zip(node[4], steps, strict=True)
-            ]
-        if tag == "codec":
-            return [(node[2], f".<{node[1]}>")]
-        if tag == "mapping":
-            return [(node[2], ".<items>")]
-    except (IndexError, KeyError, TypeError, AttributeError):
-        return []
-    return []
-
-
 # -- handlers: (decoder, index, node) -> (value, children) ----------------------
 
 
@@ -465,7 +443,7 @@ def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError(f"malformed {node[0]} node")
     kids = d.children(i, node[1])
-    return _SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
+    return SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
 
 
 def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:

@@ -8,7 +8,6 @@ import functools
 import inspect
 import math
 import operator
-import pathlib
 import struct
 import sys
 from collections.abc import Callable
@@ -25,23 +24,14 @@ from jaxstruct.registry import (
 )
 
 from . import _fs
+from ._nodes import PATH_TYPES, SEQUENCES
 from ._plugins import current_registry
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
 from ._values import flatten_named, known_mapping_ref, struct_fields
 
 _SAFE_INT = 1 << 53
-#: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
-PATH_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
-}
-#: The tag of each sequence type (decoding builds the reverse map).
-SEQUENCE_TAGS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+#: The tag of each sequence type.
+_SEQUENCE_TAGS = {cls: tag for tag, cls in SEQUENCES.items()}
 
 
 def encode_float(x: float) -> float | str:
@@ -213,7 +203,7 @@ class _Encoder:
         self, value: Any, path: _Path
     ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
-        tag = SEQUENCE_TAGS.get(cls)
+        tag = _SEQUENCE_TAGS.get(cls)
         if tag is not None:
             items = [(v, _Path(path, "index", i)) for i, v in enumerate(value)]
             return (lambda ch: [tag, ch]), items

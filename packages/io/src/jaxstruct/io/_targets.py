@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
-from ._formats import ArraySpec, Placement, child_names
+from ._formats import ArraySpec, Placement
+from ._nodes import ARRAY_TAGS, CLASS_TAGS, MalformedNode, child_names, children, error_step
 from ._values import flatten_named, is_struct_class, struct_fields
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
@@ -94,9 +95,6 @@ def mesh_placements(
     return out
 
 
-_CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
-
-
 @dataclasses.dataclass
 class TargetMatch:
     """What a target says about a checkpoint: placements, and what it vouches for."""
@@ -108,10 +106,6 @@ class TargetMatch:
     #: Nodes whose value is thrown away: the static data of another library's pytree node
     #: that loads into a Struct (the struct's own fields replace it).
     unused: set[int] = dataclasses.field(default_factory=set)
-
-
-_ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
-_SEQUENCE_TAGS = frozenset({"list", "tuple", "set", "frozenset", "namedtuple"})
 
 
 def _scalar_key(node: object) -> Any:
@@ -172,53 +166,13 @@ def _children_of(
 ) -> list[tuple[Any, Any, str]]:
     """``(child index, the part of target that should match it, its path)`` per child."""
     tag = node[0]
-    if tag in _SEQUENCE_TAGS:
-        kids = node[2] if tag == "namedtuple" else node[1]
-        if tag in ("set", "frozenset"):
-            # Sets hold no arrays (arrays are not hashable): nothing to place inside.
-            return [(kid, None, f"{path}[{i}]") for i, kid in enumerate(kids)]
-        if not isinstance(target, list | tuple) or len(target) != len(kids):
-            raise SerializationError(
-                f"{where}: the target at {path} is {_describe(target)}"
-                f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
-                f"a {tag} of length {len(kids)} is stored there"
-            )
-        return [(kid, target[i], f"{path}[{i}]") for i, kid in enumerate(kids)]
-    if tag == "dict":
-        if not isinstance(target, Mapping):
-            raise SerializationError(
-                f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
-            )
-        items = node[1]
-        pairs: list[tuple[Any, Any, str]] = []
-        for i in range(0, len(items), 2):
-            key = _scalar_key(nodes[items[i]])
-            if key is _UNMATCHABLE or key not in target:
-                raise SerializationError(
-                    f"{where}: the stored dict at {path} has key {key!r}, which the target "
-                    "lacks; add it to the target (None places it as stored)"
-                )
-            pairs.append((items[i], None, f"{path}.<key {i // 2}>"))
-            pairs.append((items[i + 1], target[key], f"{path}[{key!r}]"))
-        return pairs
-    if tag == "struct":
-        fields = []
-        for name, kid in node[3].items():
-            if not is_struct_class(type(target)) and not hasattr(target, name):
-                raise SerializationError(
-                    f"{where}: the target at {path} is {_describe(target)}, but a struct with "
-                    f"field {name!r} is stored there"
-                )
-            try:
-                fields.append((kid, getattr(target, name), f"{path}.{name}"))
-            except AttributeError:
-                raise SerializationError(
-                    f"{where}: the stored struct at {path} has field {name!r}, which the target "
-                    f"{_describe(target)} lacks"
-                ) from None
-        return fields
+    kids = children(node)
+    aux, flat = None, []
+    if tag == "dict" and not isinstance(target, Mapping):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
+        )
     if tag == "pytree":
-        children = node[4]
         try:
             aux, flat = _pytree_parts(target, node[2])
         except Exception:
@@ -226,19 +180,59 @@ def _children_of(
                 f"{where}: the target at {path} is {_describe(target)}, which is not the "
                 "registered pytree type stored there"
             ) from None
-        if len(flat) != len(children):
+        if len(flat) != len(kids) - 1:
             raise SerializationError(
                 f"{where}: the target at {path} has {len(flat)} children, but "
-                f"{len(children)} are stored there"
+                f"{len(kids) - 1} are stored there"
             )
-        return [(node[3], aux, f"{path}.<payload>")] + [
-            (kid, flat[i], f"{path}.<child {i}>") for i, kid in enumerate(children)
-        ]
-    if tag == "codec":
-        return [(node[2], None, f"{path}.<{node[1]}>")]
-    if tag == "mapping":
-        return [(node[2], None, f"{path}.<items>")]
-    return []
+    if tag in ("list", "tuple", "namedtuple") and (
+        not isinstance(target, list | tuple) or len(target) != len(kids)
+    ):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}"
+            f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
+            f"a {tag} of length {len(kids)} is stored there"
+        )
+    out: list[tuple[Any, Any, str]] = []
+    for kid in kids:
+        step = error_step(nodes, kid)
+        part: Any = None  # sets hold no arrays (they are not hashable); keys and codecs: none
+        if kid.role == "item" and tag not in ("set", "frozenset"):
+            part = target[kid.position]
+        elif kid.role == "value":
+            key = _scalar_key(nodes[kid.key])
+            if key is _UNMATCHABLE or key not in target:
+                raise SerializationError(
+                    f"{where}: the stored dict at {path} has key {key!r}, which the target "
+                    "lacks; add it to the target (None places it as stored)"
+                )
+            part, step = target[key], f"[{key!r}]"
+        elif kid.role == "key":
+            step = f".<key {kid.position}>"
+        elif kid.role == "field":
+            part = _field_of(target, str(kid.name), path, where)
+        elif kid.role == "payload":
+            part = aux
+        elif kid.role == "child":
+            part, step = flat[kid.position], f".<child {kid.position}>"
+        out.append((kid.index, part, f"{path}{step}"))
+    return out
+
+
+def _field_of(target: Any, name: str, path: str, where: str) -> Any:
+    """The target's value of the stored struct field ``name``."""
+    if not is_struct_class(type(target)) and not hasattr(target, name):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}, but a struct with "
+            f"field {name!r} is stored there"
+        )
+    try:
+        return getattr(target, name)
+    except AttributeError:
+        raise SerializationError(
+            f"{where}: the stored struct at {path} has field {name!r}, which the target "
+            f"{_describe(target)} lacks"
+        ) from None
 
 
 def _ported_children(
@@ -273,28 +267,11 @@ def mark_unused(nodes: list[Any], top: object, unused: set[int]) -> None:
             continue
         if node[0] == "callable":
             unused.add(index)
-        for child in _child_indices(node):
-            if type(child) is int and child < index:
-                stack.append(child)
-
-
-def _child_indices(node: list[Any]) -> list[Any]:
-    """The child indices of a container node of the static data (never validated here)."""
-    tag = node[0]
-    try:
-        if tag in ("list", "tuple", "set", "frozenset", "dict"):
-            return list(node[1])
-        if tag == "namedtuple":
-            return list(node[2])
-        if tag == "struct":
-            return list(node[3].values())
-        if tag == "pytree":
-            return [node[3], *node[4]]
-        if tag in ("codec", "mapping"):
-            return [node[2]]
-    except (IndexError, TypeError, AttributeError):
-        pass
-    return []
+        try:
+            kids = children(node)
+        except (MalformedNode, TypeError):
+            continue  # malformed: the decoder names it
+        stack += [c.index for c in kids if type(c.index) is int and c.index < index]
 
 
 def _field_values(target: Any) -> dict[str, Any]:
@@ -366,7 +343,7 @@ def match_target(
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             continue  # malformed: the decoder names it
         try:
-            if node[0] in _ARRAY_TAGS:
+            if node[0] in ARRAY_TAGS:
                 key = node[1]
                 if isinstance(key, str) and key in table:
                     impl = node[2] if node[0] == "prngkey" and len(node) == 3 else None
@@ -379,7 +356,7 @@ def match_target(
                     match.leaves[index] = sub
                 continue
             cls = type(sub)
-            if node[0] in _CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
+            if node[0] in CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
                 match.classes[index] = cls  # the target vouches for the class stored here
                 if node[0] == "struct" and is_struct_class(cls):
                     supplied = _unstored_values(sub)
@@ -393,7 +370,7 @@ def match_target(
                     kids = _children_of(sub, node, nodes, path, where)
             else:
                 kids = _children_of(sub, node, nodes, path, where)
-        except (IndexError, TypeError, AttributeError, KeyError):
+        except (IndexError, TypeError, AttributeError, KeyError, MalformedNode):
             continue  # malformed: the decoder names it
         except SerializationError:
             if strict:
