@@ -272,3 +272,17 @@ def test_mutated_node_kinds_and_children(base: dict[str, Any], tmp_path: Path) -
             (target / "manifest.json").write_text(json.dumps(doc))
             _check(lambda: jio.load(target))
             _check(lambda: jio.inspect(target))
+
+
+@pytest.mark.parametrize("tag", [["struct"], {"a": 1}, 7, None])
+def test_a_root_tag_that_is_no_string_is_refused_with_load_cls(tag: Any, tmp_path: Path) -> None:
+    """load_cls= meeting a root node whose tag is a list or an object (unhashable) raises
+    our error, not a TypeError."""
+    path = jio.export({"a": 1}, tmp_path / "ck")
+    doc = json.loads((path / "manifest.json").read_text())
+    doc["manifest"]["nodes"][-1][0] = tag
+    (path / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(SerializationError):
+        jio.load(path, load_cls=dict)
+    with pytest.raises(SerializationError):
+        jio.inspect(path)
