@@ -201,7 +201,13 @@ def _children_of(
             part = target[kid.position]
         elif kid.role == "value":
             key = _scalar_key(nodes[kid.key])
-            if key is _UNMATCHABLE or key not in target:
+            if key is _UNMATCHABLE:
+                raise SerializationError(
+                    f"{where}: the stored dict at {path} has a key that is not a str, int or "
+                    f"bool ({step[1:-1]}), which a target cannot name; give None for the whole "
+                    "dict to load it as stored"
+                )
+            if key not in target:
                 raise SerializationError(
                     f"{where}: the stored dict at {path} has key {key!r}, which the target "
                     "lacks; add it to the target (None places it as stored)"
@@ -214,7 +220,7 @@ def _children_of(
         elif kid.role == "payload":
             part = aux
         elif kid.role == "child":
-            part, step = flat[kid.position], f".<child {kid.position}>"
+            part = flat[kid.position]
         out.append((kid.index, part, f"{path}{step}"))
     return out
 
