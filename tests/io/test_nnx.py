@@ -82,6 +82,38 @@ def _nodes_tagged(nodes: list[Any], tag: str) -> list[list[Any]]:
     return [n for n in nodes if n[0] == tag]
 
 
+@pytest.mark.parametrize("fmt", sorted(SUFFIX))
+def test_an_nnx_optimizer_round_trips_with_a_target(fmt: str, tmp_path: Path) -> None:
+    """An nnx.Optimizer (its wrt= filter is a class, its optax transformation functions)
+    loads into a freshly built one and into nnx.eval_shape of one."""
+    optax = pytest.importorskip("optax")
+
+    def make(seed: int) -> Holder:
+        model = _linear(seed)
+        return Holder((model, nnx.Optimizer(model, optax.adam(0.1), wrt=nnx.Param)), step=2)
+
+    saved = make(0)
+    path = jio.export(saved, tmp_path / f"ck{SUFFIX[fmt]}", format=fmt)
+    for target in (make(1), nnx.eval_shape(lambda: make(1))):
+        back = jio.load(path, target=target)
+        _same_model(back.model[0], saved.model[0])
+        assert type(back.model[1]) is nnx.Optimizer and back.model[1].wrt is nnx.Param
+        for u, v in zip(jax.tree.leaves(back), jax.tree.leaves(saved), strict=True):
+            np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+def test_a_stored_class_is_found_only_by_the_loading_rules(tmp_path: Path) -> None:
+    """A class node naming something that is not a known class is refused, even with its
+    module allowed (a function is no class)."""
+    saved = Holder(nnx.Optimizer(_linear(0), __import__("optax").sgd(0.1), wrt=nnx.Param))
+    path = jio.export(saved, tmp_path / "ck")
+    _tamper(path, lambda nodes: _nodes_tagged(nodes, "class")[0].__setitem__(1, "os:system"))
+    with pytest.raises(SerializationError, match="'os:system' is not known"):
+        jio.load(path, target=Holder(saved.model))
+    with pytest.raises(SerializationError, match="os:system"):
+        jio.load(path, target=Holder(saved.model), allow_imports=["os"])
+
+
 def test_stored_function_names_resolve_only_to_functions_of_allowed_modules(
     tmp_path: Path,
 ) -> None:

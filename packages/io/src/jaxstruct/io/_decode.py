@@ -89,7 +89,7 @@ class Resolver:
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
         cls = self.overrides.get(ref) or vouched or lookup_class(ref)
-        if cls is None and what == "pytree":
+        if cls is None and what in ("pytree", "stored"):
             cls = imported_node_class(ref)  # registered with JAX by an imported module
         if cls is not None:
             return cls
@@ -771,10 +771,22 @@ def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
             "target= holding the same structure built by your own code (a freshly built "
             "model, or equinox.filter_eval_shape / flax.nnx.eval_shape of your constructor: "
             "jax.eval_shape cannot return one holding functions), and the function at this "
-            "place is taken from it; or, if you trust this file, allow the module that defines "
-            f"it with allow_imports=[{module!r}]"
+            "place is taken from it"
+            + (
+                f"; or, if you trust this file, allow the module that defines it with "
+                f"allow_imports=[{module!r}]"
+                if "<" not in name  # a function defined inside another is never found by name
+                else ""
+            )
         )
     return value, []
+
+
+def _h_class(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed class node")
+    # The class itself, never instantiated; found as the classes of nodes are.
+    return d.resolver.resolve(node[1], "stored", d.target.classes.get(i)), []
 
 
 def _h_scalartype(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -869,6 +881,7 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
     "pytree": _h_pytree,
     "callable": _h_callable,
     "scalartype": _h_scalartype,
+    "class": _h_class,
     "mapping": _h_mapping,
     "codec": _h_codec,
 }

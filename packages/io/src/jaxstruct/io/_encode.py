@@ -196,7 +196,12 @@ class _Encoder:
         if PATH_TYPES.get(cls.__name__) is cls:
             return ["path", cls.__name__, str(value)]
         if isinstance(value, type):
-            return _scalar_type(value)
+            scalar = _scalar_type(value)
+            if scalar is not None or _ancestor(path, "foreign") is None:
+                return scalar
+            # A class in another library's static data (an NNX optimizer's wrt=nnx.Param):
+            # stored by reference, found on load by the rules for the classes of nodes.
+            return ["class", _class_ref_or_error(value, path)]
         return None
 
     def _container(
@@ -331,6 +336,16 @@ def _scalar_type(cls: type) -> list[Any] | None:
         if getattr(np, name, None) is cls:
             return ["scalartype", "numpy", name]
     return None
+
+
+def _class_ref_or_error(cls: type, path: _Path) -> str:
+    try:
+        return class_ref(cls)
+    except Exception as err:
+        raise SerializationError(
+            f"cannot export the class at {path}: it has no importable name ({err}); define "
+            "it at module level"
+        ) from None
 
 
 def _member_name(value: enum.Enum, path: _Path) -> str:

@@ -133,6 +133,8 @@ def _describe(
         return f"<codec {node[1]!r}>", edges
     if tag == "mapping":
         return f"mapping {node[1]}", edges
+    if tag == "class":
+        return f"class {node[1]}", []
     if tag == "scalartype":
         return f"scalar type {node[1]}.{node[2]}", []
     if tag in ARRAY_TAGS:

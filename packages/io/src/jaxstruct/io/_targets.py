@@ -362,6 +362,10 @@ def match_target(
                     match.leaves[index] = sub
                 continue
             cls = type(sub)
+            if node[0] == "class":  # a class as a value: the target holding it vouches
+                if isinstance(sub, type) and _ref_of(sub) == node[1]:
+                    match.classes[index] = sub
+                continue
             if node[0] in CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
                 match.classes[index] = cls  # the target vouches for the class stored here
                 if node[0] == "struct" and is_struct_class(cls):
