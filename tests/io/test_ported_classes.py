@@ -87,6 +87,7 @@ def ported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
         module = importlib.import_module(name)
         old = module.State(mean=jnp.arange(3.0), count=jnp.int32(4), apply_fn=module.forward)
         path = jio.export({"state": old}, tmp_path / "ck")
+        jio.export(old, tmp_path / "root")
         # Sound for the old class, refused by the struct's validator.
         jio.export({"state": module.State(jnp.zeros(4), jnp.int32(0))}, tmp_path / "bad")
         module_file.write_text(textwrap.dedent(AFTER))
@@ -141,3 +142,10 @@ def test_the_struct_checks_run_on_a_ported_value(ported: tuple[Any, Path]) -> No
     module, path = ported
     with pytest.raises(SerializationError, match="mean must have 3 entries"):
         jio.load(path.parent / "bad", load_cls={f"{module.__name__}:State": module.State})
+
+
+def test_load_cls_as_a_class_vouches_for_the_root(ported: tuple[Any, Path]) -> None:
+    """load_cls=State (the class itself) loads a root stored by the old class."""
+    module, path = ported
+    back = jio.load(path.parent / "root", load_cls=module.State)
+    assert type(back) is module.State and int(back.count) == 4
