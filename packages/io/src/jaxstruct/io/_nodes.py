@@ -18,6 +18,17 @@ SEQUENCES: dict[str, type] = {"list": list, "tuple": tuple, "set": set, "frozens
 ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
 #: Nodes naming a class (``[tag, "module:QualName", ...]``).
 CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
+#: Every node kind: the handlers of decoding and the descriptions of ``inspect`` cover
+#: exactly these (a test checks it).
+TAGS = frozenset(
+    {
+        *("none", "bool", "int", "float", "complex", "str", "bytes", "path", "npscalar"),
+        *SEQUENCES,
+        *("dict", "namedtuple", "enum", "struct", "pytree", "codec", "mapping"),
+        *ARRAY_TAGS,
+        *("callable", "class", "scalartype"),
+    }
+)
 #: Scalar nodes that may be a dict key shown as Python writes it (``'lr'``, ``3``).
 _KEY_TAGS = frozenset({"str", "int", "float", "bool", "none"})
 #: The path classes stored as ``["path", name, s]``.
