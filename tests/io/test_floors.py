@@ -9,7 +9,7 @@ import jaxstruct.io as jio
 
 FLOORS = [
     {"_fs", "_zip", "_jax_private", "_multihost"},
-    {"_schema", "_values", "_formats", "hookspecs"},
+    {"_schema", "_nodes", "_values", "_formats", "hookspecs"},
     {"_npz", "_builtin", "_plugins", "_detect"},
     {"_encode", "_targets", "_decode", "_plain"},
     {"_checkpoint", "_async", "_state", "_inspect"},
@@ -49,3 +49,35 @@ def test_modules_import_only_their_floor_or_below() -> None:
         if name in level and level[name] > level[path.stem]
     ]
     assert upward == []
+
+
+def test_one_module_owns_the_node_kinds() -> None:
+    """Decoding has a handler for every node kind _nodes lists and for no other, and
+    inspect describes each of them."""
+    from jaxstruct.io import _decode, _inspect, _nodes
+
+    assert set(_decode._HANDLERS) == _nodes.TAGS
+    arrays = {"a0": ("<f4", (2,), 8)}
+    samples = {
+        "array": ["array", "a0"],
+        "jaxarray": ["jaxarray", "a0"],
+        "prngkey": ["prngkey", "a0", "threefry2x32"],
+        "struct": ["struct", "m:C", 0, {}],
+        "pytree": ["pytree", "m:C", "j", 0, []],
+        "namedtuple": ["namedtuple", "m:C", []],
+        "dict": ["dict", []],
+        "enum": ["enum", "m:E", "A"],
+        "codec": ["codec", "c", 0],
+        "mapping": ["mapping", "m:M", 0],
+        "scalartype": ["scalartype", "jax", "float32"],
+        "class": ["class", "m:C"],
+        "path": ["path", "PurePosixPath", "/x"],
+        "npscalar": ["npscalar", "<f4", "00000000"],
+        "complex": ["complex", 1.0, 2.0],
+        "callable": ["callable", "m:f"],
+        "none": ["none"],
+    }
+    for tag in sorted(_nodes.TAGS):
+        node = samples.get(tag, [tag, [] if tag in _nodes.SEQUENCES else "x"])
+        label, _ = _inspect._describe(node, arrays, [["int", 0], node])
+        assert label, tag

@@ -139,3 +139,24 @@ def test_an_equinox_model_and_a_file_named_like_it_meet() -> None:
         np.testing.assert_array_equal(
             np.asarray(back.layers[1].bias), 2 * np.asarray(model.layers[1].bias)
         )
+
+
+def test_a_target_mismatch_inside_an_equinox_module_names_the_field(tmp_path: Path) -> None:
+    """A target of the wrong shape inside another library's node is named by its field
+    (``.weight``), as export names it, not by its position."""
+    eqx = pytest.importorskip("equinox")
+    model = eqx.nn.Linear(2, 3, key=jax.random.key(0))
+    path = jio.export({"mlp": model}, tmp_path / "ck")
+    target = {"mlp": eqx.nn.Linear(2, 4, key=jax.random.key(0))}
+    with pytest.raises(
+        SerializationError, match=r"target at root\['mlp'\]\.(weight|bias) has shape"
+    ):
+        jio.load(path, target=target)
+
+
+def test_a_dict_key_a_target_cannot_name_is_told_plainly(tmp_path: Path) -> None:
+    """A stored tuple key under a target dict gets a message naming the key, not an
+    internal marker object."""
+    path = jio.export({(1, 2): np.zeros(2)}, tmp_path / "ck")
+    with pytest.raises(SerializationError, match=r"has a key that is not a str.*None for the"):
+        jio.load(path, target={(1, 2): None})

@@ -197,3 +197,92 @@ def test_mutated_bytes(which: str, base: dict[str, Any], tmp_path: Path) -> None
         member.write_bytes(_flip(base[which], rng))
         _check(lambda: jio.load(target))
         _check(lambda: jio.inspect(target))
+
+
+_TAGS = [
+    "dict",
+    "list",
+    "tuple",
+    "set",
+    "frozenset",
+    "namedtuple",
+    "struct",
+    "pytree",
+    "codec",
+    "array",
+    "jaxarray",
+    "prngkey",
+    "callable",
+    "enum",
+]
+
+
+def _children_junk(nodes: list[Any], rng: random.Random) -> Any:
+    """A malformed child list: a mapping, a scalar, indices out of range or of junk types."""
+    n = len(nodes)
+    return rng.choice(
+        [
+            {"x": 0, "y": 1},
+            {str(i): i for i in range(rng.randint(1, 4))},
+            {0: 0, 1: 1},
+            rng.randrange(n),
+            [rng.randrange(-2, n + 2) for _ in range(rng.randint(0, 5))],
+            ["a", None, 1.5, [0]],
+            None,
+            "01",
+        ]
+    )
+
+
+def _mutate_kinds(state: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """Give one or two nodes another kind's tag, or another shape of children."""
+    state = copy.deepcopy(state)
+    nodes = state["manifest"]["nodes"]
+    for _ in range(rng.randint(1, 2)):
+        node = nodes[rng.randrange(len(nodes))]
+        action = rng.random()
+        if action < 0.4:
+            node[0] = rng.choice(_TAGS)
+        elif action < 0.8 and len(node) > 1:
+            node[rng.randrange(1, len(node))] = _children_junk(nodes, rng)
+        else:
+            node[0] = rng.choice(_TAGS)
+            node[1:] = [_children_junk(nodes, rng) for _ in range(rng.randint(1, 5))]
+    return state
+
+
+def test_mutated_node_kinds_and_children(base: dict[str, Any], tmp_path: Path) -> None:
+    """Nodes given another kind or malformed children (a mapping where a list of indices
+    belongs, indices out of range) raise only the documented errors: in load, in the
+    paths its messages name, in inspect, and in walk."""
+    rng = random.Random(SEED + 2)
+    state = base["state"]
+    json_part = {k: v for k, v in state.items() if k != "array_data"}
+    target = jio.export(_value(), tmp_path / "c")
+    for case in range(CASES):
+        mutated = _mutate_kinds(json_part, rng)
+        _check(lambda m=mutated: jio.from_state_dict({**m, "array_data": state["array_data"]}))
+        with _deadline(10):
+            try:
+                list(jio.walk(mutated))
+            except ValueError:
+                pass
+        if case % 4 == 0:
+            doc = {**base["manifest"], "manifest": mutated["manifest"]}
+            (target / "manifest.json").write_text(json.dumps(doc))
+            _check(lambda: jio.load(target))
+            _check(lambda: jio.inspect(target))
+
+
+@pytest.mark.parametrize("tag", [["struct"], {"a": 1}, 7, None])
+def test_a_root_tag_that_is_no_string_is_refused_with_load_cls(tag: Any, tmp_path: Path) -> None:
+    """load_cls= meeting a root node whose tag is a list or an object (unhashable) raises
+    our error, not a TypeError."""
+    path = jio.export({"a": 1}, tmp_path / "ck")
+    doc = json.loads((path / "manifest.json").read_text())
+    doc["manifest"]["nodes"][-1][0] = tag
+    (path / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(SerializationError):
+        jio.load(path, load_cls=dict)
+    with pytest.raises(SerializationError):
+        jio.inspect(path)

@@ -10,7 +10,7 @@ import jaxstruct.io as jio
 import numpy as np
 import pytest
 from jaxstruct.io._cli import main
-from jaxstruct.io._inspect import verify
+from jaxstruct.io._inspect import verify_report
 from jaxstruct.registry import SerializationError
 
 
@@ -67,7 +67,7 @@ def test_verify_checks_shapes_against_the_manifest(tmp_path: Path) -> None:
     path = jio.export({"w": np.zeros(6, np.float32)}, tmp_path / "ck")
     manifest = path / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"shape":[6]', '"shape":[2,3]'))
-    problems = verify(path)
+    problems = verify_report(path)[0]
     assert len(problems) == 1 and "a0.npy" in problems[0] and "(6,)" in problems[0]
 
 
@@ -76,7 +76,7 @@ def test_verify_reports_a_missing_member(tmp_path: Path) -> None:
     path = jio.export({"w": np.zeros(2)}, tmp_path / "ck")
     other = jio.export({}, tmp_path / "empty")
     (other / "arrays.npz").replace(path / "arrays.npz")
-    assert verify(path) == [f"{str(path)!r} (arrays.npz): member 'a0.npy' is missing"]
+    assert verify_report(path)[0] == [f"{str(path)!r} (arrays.npz): member 'a0.npy' is missing"]
 
 
 class _Layer(js.Struct):

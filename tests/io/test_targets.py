@@ -286,3 +286,16 @@ def test_partial_restore_with_value_converters_reads_everything(tmp_path: Path, 
     y = jio.load(path, select=lambda s: s["y"])
     np.testing.assert_array_equal(y, np.zeros(2))
     assert spy.wanted == [{"a0", "a1"}]
+
+
+def test_partial_restore_skips_weakly_typed_scalars(fmt: str, tmp_path: Path, spy: _Spy) -> None:
+    """select= of one array reads only it when the value also holds a weakly typed scalar,
+    and a selected weak scalar comes back weak."""
+    value = {"lr": jnp.asarray(0.1), "w": jnp.arange(3.0), "b": np.ones(2)}
+    path = jio.export(value, tmp_path / f"ck{SUFFIX[fmt]}", format=fmt)
+    w = jio.load(path, select=lambda v: v["w"])
+    np.testing.assert_array_equal(np.asarray(w), np.arange(3.0))
+    assert len(spy.wanted) == 1 and len(spy.wanted[0]) == 1
+    lr = jio.load(path, select=lambda v: v["lr"])
+    assert lr.weak_type and float(lr) == pytest.approx(0.1)
+    assert len(spy.wanted) == 2 and len(spy.wanted[1]) == 1

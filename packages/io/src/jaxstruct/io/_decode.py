@@ -6,8 +6,11 @@ import base64
 import binascii
 import enum
 import functools
+import importlib
+import inspect
 import math
 import struct
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,15 +25,29 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from ._encode import PATH_TYPES, SEQUENCE_TAGS
-from ._formats import child_names, key_label
 from ._jax_private import put_on_default_device, weakly_typed
+from ._nodes import (
+    CLASS_TAGS,
+    PATH_TYPES,
+    SEQUENCES,
+    MalformedNode,
+    child_names,
+    children,
+    error_step,
+)
 from ._plugins import current_registry
 from ._schema import Limits, clip, parse_dtype
-from ._targets import TargetMatch
-from ._values import Codec, build_struct, imported_node_class, struct_fields, unflatten_node
-
-_SEQUENCES: dict[str, Callable[[list[Any]], Any]] = {t: c for c, t in SEQUENCE_TAGS.items()}
+from ._targets import TargetMatch, mark_unused
+from ._values import (
+    KNOWN_MAPPINGS,
+    Codec,
+    build_struct,
+    imported_node_class,
+    is_struct_class,
+    known_mapping,
+    struct_fields,
+    unflatten_node,
+)
 
 
 class _NodeError(Exception):
@@ -72,12 +89,12 @@ class Resolver:
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
         cls = self.overrides.get(ref) or vouched or lookup_class(ref)
-        if cls is None and what == "pytree":
+        if cls is None and what in ("pytree", "stored"):
             cls = imported_node_class(ref)  # registered with JAX by an imported module
         if cls is not None:
             return cls
         module = ref.partition(":")[0]
-        if any(module == a or module.startswith(a + ".") for a in self.allow):
+        if self.allows(module):
             try:
                 return resolve_class(ref, allow_import=True)
             except ClassReferenceError as err:
@@ -87,10 +104,39 @@ class Resolver:
             "modules on its own. Either (1) import or define the class before loading (Struct "
             "subclasses and registered pytree types are found automatically; other classes via "
             "jaxstruct.registry.register_class_ref), (2) pass target= holding an instance of the "
-            "class at this place in the tree (jax.eval_shape of your own constructor), (3) pass "
+            "class at this place in the tree (jax.eval_shape of your own constructor; for a model "
+            "holding functions, such as an equinox or flax NNX one, a freshly built model or "
+            "equinox.filter_eval_shape / flax.nnx.eval_shape of it), (3) pass "
             f"load_cls=TheClass (or load_cls={{{ref!r}: TheClass}}), or (4) if you trust this "
             f"file, allow importing its module with allow_imports=[{module!r}]"
         )
+
+    def allows(self, module: str) -> bool:
+        """Whether the user allowed importing ``module`` (``allow_imports``)."""
+        return any(module == a or module.startswith(a + ".") for a in self.allow)
+
+    def function(self, ref: str) -> Any:
+        """The function ``ref`` (``module:qualname``) names, when the user allowed its module
+        with ``allow_imports``; ``None`` otherwise. Only a plain function defined there under
+        that name is returned (never a class or another object): nothing is called."""
+        module_name, _, qualname = ref.partition(":")
+        if not qualname or "<" in qualname or not self.allows(module_name):
+            return None
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except Exception:  # the module cannot be imported: refused as if not allowed
+            return None
+        for part in qualname.split("."):
+            obj = inspect.getattr_static(obj, part, None)
+            if obj is None:
+                return None
+        if isinstance(obj, staticmethod):
+            obj = obj.__func__
+        if not inspect.isfunction(obj) and not inspect.isbuiltin(obj):
+            return None
+        if obj.__module__ != module_name or obj.__qualname__ != qualname:
+            return None
+        return obj
 
 
 def _float(value: object) -> float:
@@ -124,6 +170,7 @@ class _Decoder:
         limits: Limits,
         source: str,
         target: TargetMatch | None = None,
+        codec_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.nodes = nodes
         self.target = target if target is not None else TargetMatch({})
@@ -136,7 +183,9 @@ class _Decoder:
         self.used = bytearray(len(nodes))
         self.arrays_used: set[str] = set()
         self.placed: dict[str, Any] = {}  # host arrays put on the default device up front
-        self.codec_named: Callable[[str], Any] | None = None
+        # Looks codecs up by name (a partial restore keeps some undecoded); the registry's
+        # own lookup when None.
+        self.codec_named = codec_named
 
     def place_all(self) -> None:
         """Put every host array that a JAX array or PRNG key node needs on the device at once."""
@@ -167,15 +216,34 @@ class _Decoder:
             return
         self.placed = dict(zip(keys, placed, strict=True))
 
+    def skip_ported_static(self) -> None:
+        """Leave out the functions in the static data of another library's pytree node whose
+        class is a Struct now: that node loads into the struct's own fields, or is refused."""
+        for i, node in enumerate(self.nodes):
+            if type(node) is list and len(node) >= 4 and node[0] == "pytree" and node[2] == "j":
+                ref = node[1]
+                cls = self.resolver.overrides.get(ref) if isinstance(ref, str) else None
+                cls = cls or self.target.classes.get(i)
+                if cls is None and isinstance(ref, str):
+                    cls = lookup_class(ref)
+                if cls is not None and is_struct_class(cls):
+                    mark_unused(self.nodes, node[3], self.target.unused)
+
     def fail(self, index: int, problem: str) -> SerializationError:
         return SerializationError(f"{self.source}: the value at {self.path_of(index)}: {problem}")
 
     def path_of(self, index: int) -> str:
         parents: dict[int, tuple[int, str]] = {}
         for i, node in enumerate(self.nodes):
-            for child, label in _child_labels(node, self.nodes):
-                if isinstance(child, int) and child not in parents:
-                    parents[child] = (i, label)
+            if not isinstance(node, list) or not node:
+                continue
+            try:
+                kids = children(node)
+            except (MalformedNode, TypeError):
+                continue  # a malformed node: no children to label
+            for child in kids:
+                if isinstance(child.index, int) and child.index not in parents:
+                    parents[child.index] = (i, error_step(self.nodes, child))
         parts: list[str] = []
         while index in parents and len(parts) < 10_000:
             index, label = parents[index]
@@ -213,7 +281,8 @@ class _Decoder:
             if (
                 isinstance(node, list)
                 and len(node) > 1
-                and node[0] in {"struct", "pytree", "namedtuple", "enum"}
+                and isinstance(node[0], str)
+                and node[0] in CLASS_TAGS
             ):
                 if isinstance(node[1], str):
                     self.resolver.overrides.setdefault(node[1], self.resolver.root_cls)
@@ -276,6 +345,12 @@ class _Decoder:
         return self.arrays[key]
 
 
+def _is_abstract(arr: Any) -> bool:
+    """Whether ``arr`` is a ``jax.ShapeDtypeStruct`` (a partial restore's unread array)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(arr, jax.ShapeDtypeStruct)
+
+
 def _too_wide(arr: np.ndarray) -> bool:
     """Whether ``arr`` is 64-bit data that JAX would narrow (``jax_enable_x64`` is off)."""
     import jax
@@ -300,36 +375,6 @@ def _weakly_typed(arr: Any) -> Any:
     if out is None or out.dtype != arr.dtype or not getattr(out, "weak_type", False):
         return None
     return out
-
-
-def _child_labels(node: object, nodes: list[Any]) -> list[tuple[object, str]]:
-    if not isinstance(node, list) or not node:
-        return []
-    tag = node[0]
-    try:
-        if tag in _SEQUENCES or tag == "namedtuple":
-            items = node[1] if tag in _SEQUENCES else node[2]
-            return [(c, f"[{i}]") for i, c in enumerate(items)]
-        if tag == "dict":
-            items = node[1]
-            out: list[tuple[object, str]] = []
-            for i in range(0, len(items) - 1, 2):
-                label = key_label(nodes, items[i])  # 'lr', as export names it
-                out.append((items[i], f".<key {label or i // 2}>"))
-                out.append((items[i + 1], f"[{label or f'<key {i // 2}>'}]"))
-            return out
-        if tag == "struct":
-            return [(c, f".{name}") for name, c in node[3].items()]
-        if tag == "pytree":
-            steps = child_names(node) or [f"<child {i}>" for i in range(len(node[4]))]
-            return [(node[3], ".<payload>")] + [
-                (c, f".{step}") for c, step in zip(node[4], steps, strict=True)
-            ]
-        if tag == "codec":
-            return [(node[2], f".<{node[1]}>")]
-    except (IndexError, TypeError, AttributeError):
-        return []
-    return []
 
 
 # -- handlers: (decoder, index, node) -> (value, children) ----------------------
@@ -398,7 +443,7 @@ def _h_sequence(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError(f"malformed {node[0]} node")
     kids = d.children(i, node[1])
-    return _SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
+    return SEQUENCES[node[0]]([d.out[c] for c in kids]), kids
 
 
 def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -477,8 +522,9 @@ def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     arr = d.take(node[1])
     if not isinstance(arr, np.ndarray):
         # Already placed on devices by a restore target, or left unread by a
-        # partial restore (an abstract jax.ShapeDtypeStruct stands in for it).
-        if weak and not getattr(arr, "weak_type", True):
+        # partial restore (an abstract jax.ShapeDtypeStruct stands in for it,
+        # and is kept as it is: the selection finds it by identity).
+        if weak and not getattr(arr, "weak_type", True) and not _is_abstract(arr):
             restored = _weakly_typed(arr)  # as weak as it was saved, where it was put
             return (arr if restored is None else restored), []
         return arr, []
@@ -621,10 +667,7 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         if is_registered_pytree_type(cls):
             # Structs and jaxstruct-registered types are rebuilt with their checks
             # (converters, validators, deserializers), never through raw unflatten.
-            raise _NodeError(
-                f"{ref!r} is registered with jaxstruct, but the file stores it as a plain JAX "
-                "pytree node; a checkpoint written by jaxstruct never does that"
-            )
+            return _ported(d, i, node, cls, ref)
     else:
         try:
             spec = resolve_pytree_spec(cls)
@@ -662,18 +705,128 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     return value, kids
 
 
+def _ported(d: _Decoder, i: int, node: list[Any], cls: type, ref: str) -> tuple[Any, list[int]]:
+    """A value stored as another library's pytree node (a flax.struct or chex dataclass, an
+    equinox Module) whose class is a Struct now: built by the struct's own construction from
+    the stored children, matched by field names, when the user vouches for the class."""
+    vouched = d.target.classes.get(i) is cls or d.resolver.overrides.get(ref) is cls
+    if not is_struct_class(cls):
+        raise _NodeError(
+            f"{ref!r} is registered with jaxstruct now, but the file stores it as another "
+            "library's pytree node (the class was registered with JAX only when the file was "
+            "written), and registered types are rebuilt only by their own deserializer; load "
+            "it with the code that wrote it, or make the class a Struct (then target= or "
+            "load_cls= loads it by field names)"
+        )
+    if not vouched:
+        raise _NodeError(
+            f"{ref!r} is a Struct now, but the file stores it as another library's pytree "
+            "node (the class was a flax.struct or chex dataclass, or an equinox Module, when "
+            "the file was written); to load it into the struct, matched by field names and "
+            "built by its own constructor, pass target= holding an instance of "
+            f"{cls.__qualname__} at this place (jax.eval_shape of your constructor) or "
+            f"load_cls={{{ref!r}: {cls.__qualname__}}}"
+        )
+    names = child_names(node)
+    if names is None:
+        raise _NodeError(
+            f"the stored pytree node of {ref!r} names no fields, so it cannot be matched to the "
+            f"fields of {cls.__qualname__}"
+        )
+    kids = d.children(i, [node[3], *node[4]])
+    values = {name: d.out[c] for name, c in zip(names, kids[1:], strict=True)}
+    for name, value in (d.target.supplied.get(i) or {}).items():
+        values.setdefault(name, value)  # not stored as a child (static then): the target's
+    specs = {f.name: f for f in struct_fields(cls)}
+    unknown = [n for n in values if n not in specs or specs[n].is_derived]
+    if unknown:
+        raise _NodeError(
+            f"stored field(s) {unknown} of {ref!r} are not fields of {cls.__qualname__}; give "
+            "the struct these fields, or load with the class that wrote the file"
+        )
+    try:
+        value = cls(**values)
+    except Exception as err:
+        raise _NodeError(
+            f"building {cls.__qualname__} from the stored fields {sorted(values)} failed "
+            f"({type(err).__name__}: {err}); fields that were static in the old class are not "
+            "named in the file: pass target= holding their values"
+        ) from err
+    return value, kids
+
+
 def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError("malformed callable node")
     name = _str(node[1], "callable name")
+    if i in d.target.unused:
+        return None, []  # static data of a node loaded into a Struct: never used
     value = d.target.leaves.get(i)
     if value is None:
+        value = d.resolver.function(name)
+    if value is None:
+        module = name.partition(":")[0]
         raise _NodeError(
             f"it was the function {name!r}, and checkpoints never store code; load with "
-            "target= holding the same structure built by your own code (jax.eval_shape of "
-            "your constructor), and the function at this place is taken from it"
+            "target= holding the same structure built by your own code (a freshly built "
+            "model, or equinox.filter_eval_shape / flax.nnx.eval_shape of your constructor: "
+            "jax.eval_shape cannot return one holding functions), and the function at this "
+            "place is taken from it"
+            + (
+                f"; or, if you trust this file, allow the module that defines it with "
+                f"allow_imports=[{module!r}]"
+                if "<" not in name  # a function defined inside another is never found by name
+                else ""
+            )
         )
     return value, []
+
+
+def _h_class(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 2:
+        raise _NodeError("malformed class node")
+    # The class itself, never instantiated; found as the classes of nodes are.
+    return d.resolver.resolve(node[1], "stored", d.target.classes.get(i)), []
+
+
+def _h_scalartype(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3 or node[1] not in ("numpy", "jax") or not isinstance(node[2], str):
+        raise _NodeError("malformed scalartype node")
+    name = node[2]
+    if node[1] == "jax":
+        import jax.numpy as module
+    else:
+        module = np
+    cls = getattr(module, name, None) if name.isidentifier() and name.islower() else None
+    # Only a scalar type of that very dtype (np.float32, jnp.bfloat16), never another name.
+    dtype = (
+        np.dtype(cls)
+        if isinstance(cls, type) and issubclass(cls, np.generic) and node[1] == "numpy"
+        else getattr(cls, "dtype", None)
+        if isinstance(cls, type) and node[1] == "jax"
+        else None
+    )
+    if not isinstance(dtype, np.dtype) or dtype.name != name:
+        raise _NodeError(f"{node[1]} has no scalar type {clip(repr(name))}")
+    return cls, []
+
+
+def _h_mapping(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
+    if len(node) != 3 or not isinstance(node[1], str):
+        raise _NodeError("malformed mapping node")
+    cls = known_mapping(node[1])
+    if cls is None:
+        raise _NodeError(
+            f"mapping class {clip(repr(node[1]))} is not known to this process; loading never "
+            "imports modules on its own, so import the library that defines it first"
+            if node[1] in KNOWN_MAPPINGS
+            else f"mapping class {clip(repr(node[1]))} is not one loading rebuilds"
+        )
+    kids = d.children(i, [node[2]])
+    items = d.out[kids[0]]
+    if type(items) is not dict:
+        raise _NodeError(f"a mapping node holds a dict, got {type(items).__name__}")
+    return cls(items), kids
 
 
 def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -727,6 +880,9 @@ _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]
     "struct": _h_struct,
     "pytree": _h_pytree,
     "callable": _h_callable,
+    "scalartype": _h_scalartype,
+    "class": _h_class,
+    "mapping": _h_mapping,
     "codec": _h_codec,
 }
 
@@ -747,11 +903,18 @@ def decode_state(
     if not isinstance(nodes, list):
         raise SerializationError(f"{source}: the manifest has no 'nodes' list")
     decoder = _Decoder(
-        nodes, meta, arrays, resolver=resolver, limits=limits, source=source, target=target
+        nodes,
+        meta,
+        arrays,
+        resolver=resolver,
+        limits=limits,
+        source=source,
+        target=target,
+        codec_named=codec_named,
     )
-    decoder.codec_named = codec_named
     if len(nodes) <= limits.max_nodes:
         decoder.place_all()
+        decoder.skip_ported_static()
     value = decoder.run(manifest.get("root"))
     root_cls = resolver.root_cls
     if root_cls is not None and not isinstance(value, root_cls):

@@ -8,7 +8,6 @@ import functools
 import inspect
 import math
 import operator
-import pathlib
 import struct
 import sys
 from collections.abc import Callable
@@ -25,23 +24,14 @@ from jaxstruct.registry import (
 )
 
 from . import _fs
+from ._nodes import PATH_TYPES, SEQUENCES
 from ._plugins import current_registry
 from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
-from ._values import flatten_named, struct_fields
+from ._values import flatten_named, known_mapping_ref, struct_fields
 
 _SAFE_INT = 1 << 53
-#: The path classes stored as ``["path", name, s]`` (decoding looks them up here too).
-PATH_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
-}
-#: The tag of each sequence type (decoding builds the reverse map).
-SEQUENCE_TAGS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+#: The tag of each sequence type.
+_SEQUENCE_TAGS = {cls: tag for tag, cls in SEQUENCES.items()}
 
 
 def encode_float(x: float) -> float | str:
@@ -205,13 +195,20 @@ class _Encoder:
             return ["enum", _remember_class(cls), _member_name(value, path)]
         if PATH_TYPES.get(cls.__name__) is cls:
             return ["path", cls.__name__, str(value)]
+        if isinstance(value, type):
+            scalar = _scalar_type(value)
+            if scalar is not None or _ancestor(path, "foreign") is None:
+                return scalar
+            # A class in another library's static data (an NNX optimizer's wrt=nnx.Param):
+            # stored by reference, found on load by the rules for the classes of nodes.
+            return ["class", _class_ref_or_error(value, path)]
         return None
 
     def _container(
         self, value: Any, path: _Path
     ) -> tuple[Callable[[list[int]], list[Any]], list[tuple[Any, _Path]]]:
         cls = type(value)
-        tag = SEQUENCE_TAGS.get(cls)
+        tag = _SEQUENCE_TAGS.get(cls)
         if tag is not None:
             items = [(v, _Path(path, "index", i)) for i, v in enumerate(value)]
             return (lambda ch: [tag, ch]), items
@@ -245,6 +242,11 @@ class _Encoder:
         foreign = flatten_named(value)
         if foreign is not None:
             return self._foreign(value, path, *foreign)
+        ref = known_mapping_ref(cls)
+        if ref is not None:  # flax NNX keeps one in a module's static data
+            return (lambda ch: ["mapping", ref, ch[0]]), [
+                (dict(value), _Path(path, "text", ".<items>"))
+            ]
         if (
             inspect.isroutine(value)
             or isinstance(value, functools.partial)
@@ -315,6 +317,35 @@ class _Encoder:
         items = [(payload, _Path(path, "text", ".<payload>"))]
         items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
         return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+
+
+def _scalar_type(cls: type) -> list[Any] | None:
+    """A NumPy or ``jax.numpy`` scalar type (``jnp.float32``, a module's ``param_dtype``) as
+    ``["scalartype", library, dtype name]``, or ``None`` for any other class."""
+    dtype = getattr(cls, "dtype", None) if not issubclass(cls, np.generic) else None
+    if isinstance(dtype, np.dtype):  # jax.numpy's scalar types carry their dtype
+        jnp = sys.modules.get("jax.numpy")
+        if jnp is not None and getattr(jnp, dtype.name, None) is cls:
+            return ["scalartype", "jax", dtype.name]
+        return None
+    if issubclass(cls, np.generic) and cls not in (np.generic, np.object_):
+        try:
+            name = np.dtype(cls).name
+        except TypeError:
+            return None
+        if getattr(np, name, None) is cls:
+            return ["scalartype", "numpy", name]
+    return None
+
+
+def _class_ref_or_error(cls: type, path: _Path) -> str:
+    try:
+        return class_ref(cls)
+    except Exception as err:
+        raise SerializationError(
+            f"cannot export the class at {path}: it has no importable name ({err}); define "
+            "it at module level"
+        ) from None
 
 
 def _member_name(value: enum.Enum, path: _Path) -> str:

@@ -10,40 +10,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from jaxstruct.registry import SerializationError
 
+from ._nodes import ARRAY_TAGS, TREE_ROLES, children, escape_step, tree_step
 from ._schema import Limits
-
-_SCALAR_KEYS = ("str", "int", "float", "bool", "none")
-_SEQUENCES = ("list", "tuple", "set", "frozenset")
-_ARRAYS = ("array", "jaxarray", "prngkey")
-
-
-def escape_step(step: str) -> str:
-    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``."""
-    return step.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
-
-
-def key_label(nodes: list[Any], index: Any) -> str | None:
-    """The key of a dict item as it reads in Python (``'w'``, ``3``), or ``None`` if not simple."""
-    if type(index) is not int or not 0 <= index < len(nodes):
-        return None
-    node = nodes[index]
-    if not isinstance(node, list) or not node or node[0] not in _SCALAR_KEYS:
-        return None
-    if node[0] == "none":
-        return "None"
-    if len(node) != 2:
-        return None
-    return repr(node[1])
-
-
-def _key_step(nodes: list[Any], index: Any, position: int) -> str:
-    if type(index) is int and 0 <= index < len(nodes):
-        node = nodes[index]
-        if isinstance(node, list) and len(node) == 2 and node[0] in ("str", "int", "bool"):
-            return escape_step(str(node[1]))
-        if node == ["none"]:
-            return "None"
-    return f"<key {position}>"
 
 
 class ManifestNode(NamedTuple):
@@ -58,38 +26,6 @@ class ManifestNode(NamedTuple):
     path: str
     tag: str
     node: list[Any]
-
-
-def child_names(node: list[Any]) -> list[str] | None:
-    """The names a JAX pytree node (``["pytree", ref, "j", ...]``) stores for its
-    children (JAX's key-path steps), or ``None`` when it stores none or malformed ones."""
-    if len(node) != 6 or node[2] != "j":
-        return None
-    names, children = node[5], node[4]
-    ok = isinstance(names, list) and isinstance(children, list) and len(names) == len(children)
-    return names if ok and all(type(name) is str for name in names) else None
-
-
-def _children(nodes: list[Any], node: list[Any]) -> list[tuple[str | None, Any]]:
-    """``(step, child index)`` of a node; a ``None`` step adds nothing to the path."""
-    tag = node[0]
-    if tag in _SEQUENCES:
-        return [(str(i), c) for i, c in enumerate(node[1])]
-    if tag == "dict":
-        items = node[1]
-        return [
-            (_key_step(nodes, items[i], i // 2), items[i + 1]) for i in range(0, len(items) - 1, 2)
-        ]
-    if tag == "namedtuple":
-        return [(str(i), c) for i, c in enumerate(node[2])]
-    if tag == "struct":
-        return [(escape_step(str(name)), c) for name, c in node[3].items()]
-    if tag == "pytree":  # a JAX pytree node may name its children (JAX's key paths)
-        names = child_names(node) or range(len(node[4]))
-        return [(escape_step(str(n)), c) for n, c in zip(names, node[4], strict=True)]
-    if tag == "codec":
-        return [(None, node[2])]
-    return []
 
 
 def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
@@ -128,14 +64,14 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
             raise ValueError(f"node {index} is malformed")
         yield ManifestNode(path, node[0], node)
         try:
-            kids = _children(nodes, node)
-        except (IndexError, KeyError, TypeError, AttributeError, ValueError):
+            kids = [(c, tree_step(nodes, c)) for c in children(node) if c.role in TREE_ROLES]
+        except (TypeError, ValueError):
             raise ValueError(f"node {index} is malformed") from None
-        for step, child in reversed(kids):
-            if type(child) is not int or not 0 <= child < index:
+        for child, step in reversed(kids):
+            if type(child.index) is not int or not 0 <= child.index < index:
                 raise ValueError(f"node {index} has an invalid child index")
             joined = path if step is None else (f"{path}.{step}" if path else step)
-            stack.append((child, joined))
+            stack.append((child.index, joined))
 
 
 def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
@@ -158,7 +94,7 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     taken: set[str] = set()
     for entry in walk(manifest):
-        if entry.tag not in _ARRAYS or len(entry.node) < 2:
+        if entry.tag not in ARRAY_TAGS or len(entry.node) < 2:
             continue
         key = entry.node[1]
         path = entry.path or "root"
@@ -231,7 +167,8 @@ _ALIGN = 64
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
-    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned."""
+    """Return an uninitialised ``uint8`` buffer of ``nbytes`` whose address is 64-byte aligned
+    (the allocator under :func:`empty_array`, for readers that fill raw bytes first)."""
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start : start + nbytes]
@@ -244,6 +181,8 @@ def empty_array(spec: ArraySpec, order: str = "C") -> np.ndarray:
     it without a copy), it is uninitialised, and it is laid out in ``order``
     (``"C"``, or ``"F"`` for an array stored in Fortran order). Read the stored
     bytes into ``memoryview(arr.reshape(-1, order=order).view(numpy.uint8))``.
+    It is io's one aligned allocator: a format plugin's ``read_arrays`` uses it
+    rather than an allocator of its own.
 
     Example:
         >>> import numpy as np

@@ -11,7 +11,8 @@ from jaxstruct.registry import SerializationError
 
 from ._decode import struct_kinds_ok
 from ._detect import open_checkpoint
-from ._formats import ArraySpec, child_names, key_label
+from ._formats import ArraySpec
+from ._nodes import ARRAY_TAGS, SEQUENCES, children, key_label
 from ._schema import check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
@@ -75,45 +76,68 @@ def _size(n: float) -> str:
 _KINDS = {"n": "node", "s": "static", "o": "opaque"}
 
 
+def _edges(node: list[Any], nodes: list[Any]) -> list[tuple[str, Any]]:
+    """The ``(edge label, child index)`` pairs of ``node``, as the tree shows them."""
+    kids = children(node)
+    kinds = None
+    if node[0] == "struct" and len(node) == 5 and struct_kinds_ok(node[4], len(kids)):
+        kinds = node[4]  # files written before field kinds were recorded show none
+    edges: list[tuple[str, Any]] = []
+    for kid in kids:
+        role = kid.role
+        if role == "item":
+            edges.append((f"[{kid.position}]", kid.index))
+        elif role == "key":
+            if key_label(nodes, kid.index) is None:  # a tuple, a struct...: show the key node
+                edges.append(("<key>", kid.index))
+        elif role == "value":
+            key = key_label(nodes, kid.key)
+            edges.append(("<value>" if key is None else f"[{clip(key, 40)}]", kid.index))
+        elif role == "field":
+            mark = f" [{_KINDS[kinds[kid.position]]}]" if kinds is not None else ""
+            edges.append((f".{kid.name}{mark}", kid.index))
+        elif role == "payload":  # registered with JAX only: its payload is its static data
+            edges.append(("<static>" if node[2] == "j" else "<payload>", kid.index))
+        elif role == "child":
+            edges.append(
+                (f".{kid.name}" if kid.name is not None else f"<child {kid.position}>", kid.index)
+            )
+        else:
+            edges.append(("<data>" if node[0] == "codec" else f"<{kid.name}>", kid.index))
+    return edges
+
+
 def _describe(
     node: Any, arrays: dict[str, tuple[str, tuple[int, ...], int]], nodes: list[Any]
 ) -> tuple[str, list[tuple[str, Any]]]:
     """Return a label for ``node`` and its ``(edge label, child index)`` pairs."""
     tag = node[0]
-    if tag in ("list", "tuple", "set", "frozenset"):
-        return f"{tag} ({len(node[1])} items)", [(f"[{i}]", c) for i, c in enumerate(node[1])]
+    if not isinstance(tag, str):
+        raise SerializationError(f"unknown node tag {tag!r}")
+    edges = _edges(node, nodes)
+    if tag in SEQUENCES:
+        return f"{tag} ({len(node[1])} items)", edges
     if tag == "dict":
-        items = node[1]
-        kids: list[tuple[str, Any]] = []
-        for i in range(0, len(items) - 1, 2):
-            key = key_label(nodes, items[i])
-            if key is None:  # a tuple, a struct...: show the key node itself
-                kids += [("<key>", items[i]), ("<value>", items[i + 1])]
-            else:
-                kids.append((f"[{clip(key, 40)}]", items[i + 1]))
-        return f"dict ({len(items) // 2} items)", kids
+        return f"dict ({len(node[1]) // 2} items)", edges
     if tag == "namedtuple":
-        return f"namedtuple {node[1]}", [(f"[{i}]", c) for i, c in enumerate(node[2])]
+        return f"namedtuple {node[1]}", edges
     if tag == "struct":
         version = f", schema version {node[2]}" if node[2] else ""
-        fields = node[3]
-        kinds = node[4] if len(node) == 5 and struct_kinds_ok(node[4], len(fields)) else None
-        # Files written before field kinds were recorded show none.
-        marks = [f" [{_KINDS[k]}]" for k in kinds] if kinds is not None else [""] * len(fields)
-        edges = [(f".{k}{mark}", c) for (k, c), mark in zip(fields.items(), marks, strict=True)]
         return f"{node[1]} (struct{version})", edges
     if tag == "pytree":
-        foreign = node[2] == "j"  # registered with JAX only: its payload is its static data
-        kids = [("<static>" if foreign else "<payload>", node[3])]
-        names = child_names(node)
-        steps = [f".{n}" for n in names] if names else [f"<child {i}>" for i in range(len(node[4]))]
-        kids += list(zip(steps, node[4], strict=True))
-        return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", kids
+        foreign = node[2] == "j"
+        return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", edges
     if tag == "callable":
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []
     if tag == "codec":
-        return f"<codec {node[1]!r}>", [("<data>", node[2])]
-    if tag in ("array", "jaxarray", "prngkey"):
+        return f"<codec {node[1]!r}>", edges
+    if tag == "mapping":
+        return f"mapping {node[1]}", edges
+    if tag == "class":
+        return f"class {node[1]}", []
+    if tag == "scalartype":
+        return f"scalar type {node[1]}.{node[2]}", []
+    if tag in ARRAY_TAGS:
         if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
             raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
         dtype, shape, nbytes = arrays[node[1]]
@@ -223,22 +247,21 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     )
 
 
-def verify(path: str | os.PathLike[str], **limits: int) -> list[str]:
-    """Read every array of a checkpoint, without building JAX arrays, and check sizes, CRCs,
-    dtypes and shapes against the manifest: one message per bad member, ``[]`` when sound.
+def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
+    """Read every array of a checkpoint, without building JAX arrays, and check sizes,
+    checksums, dtypes and shapes against the manifest (``jaxstruct inspect --verify``).
+
+    Returns:
+        One message per bad member (``[]`` when sound), and whether stored checksums
+        were checked (a format without them has its arrays read, one at a time).
 
     Example:
         >>> import tempfile, numpy as np
         >>> from jaxstruct.io import export
         >>> target = Path(tempfile.mkdtemp()) / "ckpt.zip"
-        >>> verify(export({"w": np.zeros(3)}, target))
-        []
+        >>> verify_report(export({"w": np.zeros(3)}, target))
+        ([], True)
     """
-    return verify_report(path, **limits)[0]
-
-
-def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
-    """Like :func:`verify`; also return whether stored checksums were checked."""
     lim = limits_from_kwargs("verify", limits)
     target = Path(os.fspath(path))
     where = repr(str(target))

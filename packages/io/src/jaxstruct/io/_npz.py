@@ -16,7 +16,7 @@ from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
 from . import _fs, _zip
-from ._formats import OpenedCheckpoint, aligned_empty
+from ._formats import ArrayTable, OpenedCheckpoint, aligned_empty
 from ._schema import storage_dtype
 
 MAGIC = b"\x93NUMPY"
@@ -53,8 +53,6 @@ def build_header(dtype: np.dtype, shape: tuple[int, ...], fortran: bool) -> byte
 
 _READ_CHUNK = 1 << 20  # bytes read at a time (each piece's CRC computed apart)
 _SLAB = 8 << 20  # bytes of rows decompressed or gathered at a time for a sharded read
-
-ArrayTable = Mapping[str, Any]  # key -> ArraySpec(dtype, shape, nbytes)
 
 
 def norm_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:

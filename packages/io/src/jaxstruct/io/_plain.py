@@ -9,7 +9,8 @@ import numpy as np
 from jaxstruct.registry import SerializationError
 
 from ._detect import read_checked
-from ._formats import ArraySpec, Format, OpenedCheckpoint, escape_step
+from ._formats import ArraySpec, Format, OpenedCheckpoint
+from ._nodes import escape_step
 
 #: ``rename=``: stored tensor name -> leaf name (a missing name is kept), or a function
 #: returning the leaf name, or ``None`` to ignore that tensor.

@@ -11,6 +11,7 @@ import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
+from ._nodes import ARRAY_TAGS, CLASS_TAGS, MalformedNode, child_names, children, error_step
 from ._values import flatten_named, is_struct_class, struct_fields
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
@@ -94,9 +95,6 @@ def mesh_placements(
     return out
 
 
-_CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
-
-
 @dataclasses.dataclass
 class TargetMatch:
     """What a target says about a checkpoint: placements, and what it vouches for."""
@@ -105,10 +103,9 @@ class TargetMatch:
     classes: dict[int, type] = dataclasses.field(default_factory=dict)
     supplied: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     leaves: dict[int, Any] = dataclasses.field(default_factory=dict)
-
-
-_ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
-_SEQUENCE_TAGS = frozenset({"list", "tuple", "set", "frozenset", "namedtuple"})
+    #: Nodes whose value is thrown away: the static data of another library's pytree node
+    #: that loads into a Struct (the struct's own fields replace it).
+    unused: set[int] = dataclasses.field(default_factory=set)
 
 
 def _scalar_key(node: object) -> Any:
@@ -169,53 +166,13 @@ def _children_of(
 ) -> list[tuple[Any, Any, str]]:
     """``(child index, the part of target that should match it, its path)`` per child."""
     tag = node[0]
-    if tag in _SEQUENCE_TAGS:
-        kids = node[2] if tag == "namedtuple" else node[1]
-        if tag in ("set", "frozenset"):
-            # Sets hold no arrays (arrays are not hashable): nothing to place inside.
-            return [(kid, None, f"{path}[{i}]") for i, kid in enumerate(kids)]
-        if not isinstance(target, list | tuple) or len(target) != len(kids):
-            raise SerializationError(
-                f"{where}: the target at {path} is {_describe(target)}"
-                f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
-                f"a {tag} of length {len(kids)} is stored there"
-            )
-        return [(kid, target[i], f"{path}[{i}]") for i, kid in enumerate(kids)]
-    if tag == "dict":
-        if not isinstance(target, Mapping):
-            raise SerializationError(
-                f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
-            )
-        items = node[1]
-        pairs: list[tuple[Any, Any, str]] = []
-        for i in range(0, len(items), 2):
-            key = _scalar_key(nodes[items[i]])
-            if key is _UNMATCHABLE or key not in target:
-                raise SerializationError(
-                    f"{where}: the stored dict at {path} has key {key!r}, which the target "
-                    "lacks; add it to the target (None places it as stored)"
-                )
-            pairs.append((items[i], None, f"{path}.<key {i // 2}>"))
-            pairs.append((items[i + 1], target[key], f"{path}[{key!r}]"))
-        return pairs
-    if tag == "struct":
-        fields = []
-        for name, kid in node[3].items():
-            if not is_struct_class(type(target)) and not hasattr(target, name):
-                raise SerializationError(
-                    f"{where}: the target at {path} is {_describe(target)}, but a struct with "
-                    f"field {name!r} is stored there"
-                )
-            try:
-                fields.append((kid, getattr(target, name), f"{path}.{name}"))
-            except AttributeError:
-                raise SerializationError(
-                    f"{where}: the stored struct at {path} has field {name!r}, which the target "
-                    f"{_describe(target)} lacks"
-                ) from None
-        return fields
+    kids = children(node)
+    aux, flat = None, []
+    if tag == "dict" and not isinstance(target, Mapping):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
+        )
     if tag == "pytree":
-        children = node[4]
         try:
             aux, flat = _pytree_parts(target, node[2])
         except Exception:
@@ -223,17 +180,118 @@ def _children_of(
                 f"{where}: the target at {path} is {_describe(target)}, which is not the "
                 "registered pytree type stored there"
             ) from None
-        if len(flat) != len(children):
+        if len(flat) != len(kids) - 1:
             raise SerializationError(
                 f"{where}: the target at {path} has {len(flat)} children, but "
-                f"{len(children)} are stored there"
+                f"{len(kids) - 1} are stored there"
             )
-        return [(node[3], aux, f"{path}.<payload>")] + [
-            (kid, flat[i], f"{path}.<child {i}>") for i, kid in enumerate(children)
-        ]
-    if tag == "codec":
-        return [(node[2], None, f"{path}.<{node[1]}>")]
-    return []
+    if tag in ("list", "tuple", "namedtuple") and (
+        not isinstance(target, list | tuple) or len(target) != len(kids)
+    ):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}"
+            f"{f' of length {len(target)}' if isinstance(target, list | tuple) else ''}, but "
+            f"a {tag} of length {len(kids)} is stored there"
+        )
+    out: list[tuple[Any, Any, str]] = []
+    for kid in kids:
+        step = error_step(nodes, kid)
+        part: Any = None  # sets hold no arrays (they are not hashable); keys and codecs: none
+        if kid.role == "item" and tag not in ("set", "frozenset"):
+            part = target[kid.position]
+        elif kid.role == "value":
+            key = _scalar_key(nodes[kid.key])
+            if key is _UNMATCHABLE:
+                raise SerializationError(
+                    f"{where}: the stored dict at {path} has a key that is not a str, int or "
+                    f"bool ({step[1:-1]}), which a target cannot name; give None for the whole "
+                    "dict to load it as stored"
+                )
+            if key not in target:
+                raise SerializationError(
+                    f"{where}: the stored dict at {path} has key {key!r}, which the target "
+                    "lacks; add it to the target (None places it as stored)"
+                )
+            part, step = target[key], f"[{key!r}]"
+        elif kid.role == "key":
+            step = f".<key {kid.position}>"
+        elif kid.role == "field":
+            part = _field_of(target, str(kid.name), path, where)
+        elif kid.role == "payload":
+            part = aux
+        elif kid.role == "child":
+            part = flat[kid.position]
+        out.append((kid.index, part, f"{path}{step}"))
+    return out
+
+
+def _field_of(target: Any, name: str, path: str, where: str) -> Any:
+    """The target's value of the stored struct field ``name``."""
+    if not is_struct_class(type(target)) and not hasattr(target, name):
+        raise SerializationError(
+            f"{where}: the target at {path} is {_describe(target)}, but a struct with "
+            f"field {name!r} is stored there"
+        )
+    try:
+        return getattr(target, name)
+    except AttributeError:
+        raise SerializationError(
+            f"{where}: the stored struct at {path} has field {name!r}, which the target "
+            f"{_describe(target)} lacks"
+        ) from None
+
+
+def _ported_children(
+    target: Any, node: list[Any], path: str, match: TargetMatch, index: int
+) -> list[tuple[Any, Any, str]]:
+    """The children of another library's pytree node that loads into the Struct ``target``:
+    its named children matched to the struct's fields; the fields it does not store as
+    children come from the target."""
+    names = child_names(node) or []
+    supplied = {
+        name: value
+        for name, value in _field_values(target).items()
+        if name not in names and not _abstract(value)
+    }
+    if supplied:
+        match.supplied[index] = supplied
+    return [(node[3], None, f"{path}.<static>")] + [
+        (kid, getattr(target, str(name), None), f"{path}.{name}")
+        for name, kid in zip(names, node[4], strict=False)
+    ]
+
+
+def mark_unused(nodes: list[Any], top: object, unused: set[int]) -> None:
+    """Add the ``callable`` nodes under ``top`` to ``unused`` (their values are not needed)."""
+    stack = [top]
+    while stack and len(unused) <= len(nodes):
+        index = stack.pop()
+        if type(index) is not int or not 0 <= index < len(nodes) or index in unused:
+            continue
+        node = nodes[index]
+        if not isinstance(node, list) or not node:
+            continue
+        if node[0] == "callable":
+            unused.add(index)
+        try:
+            kids = children(node)
+        except (MalformedNode, TypeError):
+            continue  # malformed: the decoder names it
+        stack += [c.index for c in kids if type(c.index) is int and c.index < index]
+
+
+def _field_values(target: Any) -> dict[str, Any]:
+    return {
+        spec.name: getattr(target, spec.name)
+        for spec in struct_fields(type(target))
+        if not spec.is_derived
+    }
+
+
+def _abstract(value: Any) -> bool:
+    import jax
+
+    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(value))
 
 
 def _pytree_parts(target: Any, mode: object) -> tuple[Any, list[Any]]:
@@ -291,7 +349,7 @@ def match_target(
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             continue  # malformed: the decoder names it
         try:
-            if node[0] in _ARRAY_TAGS:
+            if node[0] in ARRAY_TAGS:
                 key = node[1]
                 if isinstance(key, str) and key in table:
                     impl = node[2] if node[0] == "prngkey" and len(node) == 3 else None
@@ -304,14 +362,25 @@ def match_target(
                     match.leaves[index] = sub
                 continue
             cls = type(sub)
-            if node[0] in _CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
+            if node[0] == "class":  # a class as a value: the target holding it vouches
+                if isinstance(sub, type) and _ref_of(sub) == node[1]:
+                    match.classes[index] = sub
+                continue
+            if node[0] in CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
                 match.classes[index] = cls  # the target vouches for the class stored here
                 if node[0] == "struct" and is_struct_class(cls):
                     supplied = _unstored_values(sub)
                     if supplied:
                         match.supplied[index] = supplied
-            kids = _children_of(sub, node, nodes, path, where)
-        except (IndexError, TypeError, AttributeError, KeyError):
+            if node[0] == "pytree" and node[2] == "j" and index in match.classes:
+                if is_struct_class(cls):  # stored by another library, a Struct now
+                    kids = _ported_children(sub, node, path, match, index)
+                    mark_unused(nodes, node[3], match.unused)
+                else:
+                    kids = _children_of(sub, node, nodes, path, where)
+            else:
+                kids = _children_of(sub, node, nodes, path, where)
+        except (IndexError, TypeError, AttributeError, KeyError, MalformedNode):
             continue  # malformed: the decoder names it
         except SerializationError:
             if strict:

@@ -150,3 +150,24 @@ def imported_node_class(ref: str) -> type | None:
     except (ValueError, TypeError, RuntimeError):  # RuntimeError: an unregistered type
         return None
     return obj
+
+
+#: Immutable mapping classes of other libraries that a pytree node's static data may hold
+#: (flax NNX modules keep a ``HashableMapping``), rebuilt from a dict by their own class:
+#: ``"module:QualName"`` of each, found only in a module already imported.
+KNOWN_MAPPINGS = ("flax.typing:HashableMapping",)
+
+
+def known_mapping_ref(cls: type) -> str | None:
+    """The reference of ``cls`` when it is one of :data:`KNOWN_MAPPINGS`, else ``None``."""
+    ref = f"{cls.__module__}:{cls.__qualname__}"
+    return ref if ref in KNOWN_MAPPINGS and known_mapping(ref) is cls else None
+
+
+def known_mapping(ref: str) -> type | None:
+    """The class of one of :data:`KNOWN_MAPPINGS`, if its module is imported (never imports)."""
+    if ref not in KNOWN_MAPPINGS:
+        return None
+    module_name, _, qualname = ref.partition(":")
+    cls = getattr(sys.modules.get(module_name), qualname, None)
+    return cls if isinstance(cls, type) else None

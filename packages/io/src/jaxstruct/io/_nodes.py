@@ -1,0 +1,190 @@
+"""The manifest's node kinds: their tags, the children each holds, and how a path names them.
+
+A manifest stores a value as a post-order list of nodes, each a JSON list whose
+first item is its tag (the layout is in the io guide). Encoding writes these
+nodes; decoding, :func:`jaxstruct.io.walk`, ``inspect`` and restore targets read
+them, and all of them learn here which children a node has (:func:`children`)
+and how a path names each one (:func:`error_step`, :func:`tree_step`).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, NamedTuple
+
+#: The sequence tags and the type each rebuilds.
+SEQUENCES: dict[str, type] = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+#: Nodes holding one array of the arrays table (``[tag, key, ...]``).
+ARRAY_TAGS = frozenset({"array", "jaxarray", "prngkey"})
+#: Nodes naming a class (``[tag, "module:QualName", ...]``).
+CLASS_TAGS = frozenset({"struct", "namedtuple", "enum", "pytree"})
+#: Every node kind: the handlers of decoding and the descriptions of ``inspect`` cover
+#: exactly these (a test checks it).
+TAGS = frozenset(
+    {
+        *("none", "bool", "int", "float", "complex", "str", "bytes", "path", "npscalar"),
+        *SEQUENCES,
+        *("dict", "namedtuple", "enum", "struct", "pytree", "codec", "mapping"),
+        *ARRAY_TAGS,
+        *("callable", "class", "scalartype"),
+    }
+)
+#: Scalar nodes that may be a dict key shown as Python writes it (``'lr'``, ``3``).
+_KEY_TAGS = frozenset({"str", "int", "float", "bool", "none"})
+#: The path classes stored as ``["path", name, s]``.
+PATH_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+        pathlib.PosixPath,
+        pathlib.WindowsPath,
+    )
+}
+
+
+class MalformedNode(ValueError):
+    """A node whose children are not laid out as its tag says."""
+
+
+class Child(NamedTuple):
+    """One child of a node, as :func:`children` gives it.
+
+    Attributes:
+        index: the child's node index as stored (callers check it).
+        role: ``"item"`` (of a sequence or namedtuple), ``"key"`` / ``"value"`` (of a
+            dict pair), ``"field"`` (of a struct), ``"payload"`` / ``"child"`` (of a
+            pytree node), or ``"data"`` (what a codec or a mapping node holds).
+        position: its position among the children of its role (a dict pair's number).
+        name: a field's name, a pytree child's key-path name (``None`` when it has
+            none), the codec's name, or ``"items"`` for a mapping; else ``None``.
+        key: for a dict value, the index of its key's node.
+    """
+
+    index: Any
+    role: str
+    position: int
+    name: str | None = None
+    key: Any = None
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise MalformedNode(f"expected a list of child indices, got {type(value).__name__}")
+    return value
+
+
+def child_names(node: list[Any]) -> list[str] | None:
+    """The names a JAX pytree node (``["pytree", ref, "j", ...]``) stores for its
+    children (JAX's key-path steps), or ``None`` when it stores none or malformed ones."""
+    if len(node) != 6 or node[2] != "j":
+        return None
+    names, kids = node[5], node[4]
+    ok = isinstance(names, list) and isinstance(kids, list) and len(names) == len(kids)
+    return names if ok and all(type(name) is str for name in names) else None
+
+
+def children(node: list[Any]) -> list[Child]:
+    """The children of ``node`` (a list starting with its tag), in stored order.
+
+    Raises:
+        MalformedNode: the node is too short, or a child list is not a list (a field
+            table not a dict) where its tag needs one.
+    """
+    tag = node[0]
+    if not isinstance(tag, str):
+        return []  # not a tag at all: a node of no known kind has no children
+    try:
+        if tag in SEQUENCES or tag == "namedtuple":
+            items = _list(node[2] if tag == "namedtuple" else node[1])
+            return [Child(c, "item", i) for i, c in enumerate(items)]
+        if tag == "dict":
+            items = _list(node[1])
+            out: list[Child] = []
+            for i in range(0, len(items) - 1, 2):
+                out.append(Child(items[i], "key", i // 2))
+                out.append(Child(items[i + 1], "value", i // 2, key=items[i]))
+            return out
+        if tag == "struct":
+            fields = node[3]
+            if not isinstance(fields, dict):
+                raise MalformedNode("a struct's fields must be an object")
+            return [Child(c, "field", i, str(n)) for i, (n, c) in enumerate(fields.items())]
+        if tag == "pytree":
+            kids = _list(node[4])
+            names = child_names(node)
+            return [Child(node[3], "payload", 0)] + [
+                Child(c, "child", i, names[i] if names else None) for i, c in enumerate(kids)
+            ]
+        if tag == "codec":
+            return [Child(node[2], "data", 0, str(node[1]))]
+        if tag == "mapping":
+            return [Child(node[2], "data", 0, "items")]
+    except IndexError:
+        raise MalformedNode(f"a {tag} node is too short") from None
+    return []
+
+
+def key_label(nodes: list[Any], index: Any) -> str | None:
+    """The key of a dict item as it reads in Python (``'w'``, ``3``), or ``None`` if not simple."""
+    if type(index) is not int or not 0 <= index < len(nodes):
+        return None
+    node = nodes[index]
+    if not isinstance(node, list) or not node or not isinstance(node[0], str):
+        return None
+    if node[0] not in _KEY_TAGS:
+        return None
+    if node[0] == "none":
+        return "None"
+    if len(node) != 2:
+        return None
+    return repr(node[1])
+
+
+def error_step(nodes: list[Any], child: Child) -> str:
+    """How an error message names ``child`` after its parent's path: ``[0]``, ``['lr']``,
+    ``.<key 'lr'>``, ``.w``, ``.<payload>``, ``.<child 0>``, ``.<codec name>``."""
+    role, i = child.role, child.position
+    if role == "item":
+        return f"[{i}]"
+    if role == "key":
+        return f".<key {key_label(nodes, child.index) or i}>"
+    if role == "value":
+        return f"[{key_label(nodes, child.key) or f'<key {i}>'}]"
+    if role == "field":
+        return f".{child.name}"
+    if role == "payload":
+        return ".<payload>"
+    if role == "child":
+        return f".{child.name}" if child.name is not None else f".<child {i}>"
+    return f".<{child.name}>"
+
+
+def escape_step(step: str) -> str:
+    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``."""
+    return step.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
+
+
+#: The roles of the children on a tree path: a dict's keys and a pytree node's payload
+#: (its static data) are not.
+TREE_ROLES = frozenset({"item", "value", "field", "child", "data"})
+
+
+def tree_step(nodes: list[Any], child: Child) -> str | None:
+    """How a tree path (``params.layers.0.w``) names ``child``, one of :data:`TREE_ROLES`:
+    ``None`` adds no step (what a codec or mapping holds)."""
+    role, i = child.role, child.position
+    if role == "item":
+        return str(i)
+    if role == "value":
+        key = child.key
+        if type(key) is int and 0 <= key < len(nodes):
+            node = nodes[key]
+            if isinstance(node, list) and len(node) == 2 and node[0] in ("str", "int", "bool"):
+                return escape_step(str(node[1]))
+            if node == ["none"]:
+                return "None"
+        return f"<key {i}>"
+    if role in ("field", "child"):
+        return escape_step(child.name if child.name is not None else str(i))
+    return None
