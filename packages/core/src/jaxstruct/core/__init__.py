@@ -24,10 +24,12 @@ from ._compare import tree_equal
 from ._errors import (
     FrozenStructError,
     MissingDistributionError,
+    Refusal,
     StructDefinitionError,
     TracedComparisonError,
     UnassignedFieldError,
     ValidationError,
+    refusal_of,
 )
 from ._explain import Change, Recompile, explain_recompiles
 from ._fields import MISSING, FieldKind, FieldSpec, field
@@ -35,6 +37,7 @@ from ._introspect import (
     build,
     derived_fields,
     fields,
+    has_custom_init,
     is_struct,
     node_fields,
     opaque_fields,
@@ -58,6 +61,7 @@ __all__ = [
     "MissingDistributionError",
     "PytreeSpec",
     "Recompile",
+    "Refusal",
     "RegistrationError",
     "Selection",
     "SelectionError",
@@ -79,6 +83,7 @@ __all__ = [
     "explain_recompiles",
     "field",
     "fields",
+    "has_custom_init",
     "is_registered_pytree_type",
     "is_struct",
     "lookup_class",
@@ -86,6 +91,7 @@ __all__ = [
     "opaque_fields",
     "optree_namespace",
     "pformat",
+    "refusal_of",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",

@@ -22,7 +22,13 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import MissingDistributionError, StructDefinitionError, ValidationError
+from ._errors import (
+    MissingDistributionError,
+    Refusal,
+    StructDefinitionError,
+    ValidationError,
+    attach_refusal,
+)
 from ._meta import class_created_hooks, extension_keywords
 
 __all__ = ["check_types"]
@@ -134,10 +140,11 @@ def _check_fields(obj: Any) -> None:
                 f"runtime ({err}); use a checkable annotation or drop typecheck=True"
             ) from None
         if not ok:
-            raise ValidationError(
-                f"{cls.__qualname__}.{name}: expected {_hint_name(hint)}, got "
-                f"{_describe(value)}{_bindings()}; pass a value matching the annotation"
+            reason = f"expected {_hint_name(hint)}, got {_describe(value)}{_bindings()}"
+            err = ValidationError(
+                f"{cls.__qualname__}.{name}: {reason}; pass a value matching the annotation"
             )
+            raise attach_refusal(err, Refusal(cls, name, "type", reason))
 
 
 def _hint_name(hint: Any) -> str:
