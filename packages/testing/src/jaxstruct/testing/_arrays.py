@@ -33,6 +33,8 @@ __all__ = [
     "jax_dtypes_ok",
     "key_impl_of",
     "key_request",
+    "merge_requests",
+    "numpy_scalars",
     "options_of",
 ]
 
@@ -239,9 +241,6 @@ def _shape(
     return tuple(shape)
 
 
-_VARIADIC = ("_NamedVariadicDim", "_AnonymousVariadicDim")
-
-
 def bind_sizes(dims: tuple[Any, ...] | None, shape: tuple[int, ...], sizes: dict[str, Any]) -> None:
     """Record in ``sizes`` the named sizes a given array's ``shape`` shows for ``dims``.
 
@@ -339,6 +338,39 @@ def _draw_key(draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, 
     data_shape = jax.random.key_data(jax.random.key(0, impl=impl)).shape
     data = draw(hnp.arrays(np.uint32, shape + data_shape))
     return jax.random.wrap_key_data(data, impl=impl)
+
+
+def merge_requests(requests: list[ArrayRequest]) -> ArrayRequest:
+    """One request drawing what any of ``requests`` allows (the array members of a union)."""
+    kinds = {r.kind for r in requests}
+    kind = kinds.pop() if len(kinds) == 1 else "any"
+    dtypes = tuple(dict.fromkeys(d for r in requests for d in r.dtypes))
+    dims = next((r.dims for r in requests if r.dims is not None), None)
+    return ArrayRequest(kind, dtypes, dims)
+
+
+def numpy_scalars(annotation: Any) -> st.SearchStrategy[Any] | None:
+    """NumPy scalars of a scalar type (``np.float32``) or family (``np.number``), else ``None``.
+
+    Hypothesis draws the concrete types itself but cannot draw a family
+    (``np.number``, ``np.floating``): this draws one of the dtypes it holds.
+
+    Example:
+        >>> from hypothesis import find
+        >>> x = find(numpy_scalars(np.floating), lambda x: x.dtype == np.float16)
+        >>> type(x).__name__
+        'float16'
+    """
+    if not (isinstance(annotation, type) and issubclass(annotation, np.generic)):
+        return None
+    names = [d for d in DEFAULT_DTYPES if d != "bfloat16" and np.issubdtype(d, annotation)]
+    if not names:
+        return None
+    return (
+        st.sampled_from(names)
+        .flatmap(lambda name: hnp.arrays(np.dtype(name), (), elements=_elements(np.dtype(name))))
+        .map(lambda a: a[()])
+    )
 
 
 def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
