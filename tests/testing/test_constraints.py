@@ -176,6 +176,8 @@ def test_raising_validator_still_constrains() -> None:
     check()
 
 
+# Half the draws are refused on purpose: the end-of-test report is expected.
+@pytest.mark.filterwarnings("ignore::jaxstruct.testing.RefusalWarning")
 def test_instance_validators_still_decide_at_construction() -> None:
     """A validator taking the instance is left to construction; its refusals are discarded."""
 
