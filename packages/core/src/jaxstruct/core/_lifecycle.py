@@ -110,19 +110,22 @@ def _validate(obj: Any, layout: Layout) -> None:
         for spec in layout.validated:
             value = getattr(obj, spec.name)
             for fn, takes_self in table[spec.name]:
-                label = f"validator {getattr(fn, '__qualname__', fn)!r}"
                 try:
                     result = fn(obj, value) if takes_self else fn(value)
                 except Exception as err:
-                    reason = f"{label} raised {type(err).__name__}: {err}"
+                    reason = f"{_validator(fn)} raised {type(err).__name__}: {err}"
                     attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
                     raise
                 if result is not None and not _truthy(result):
-                    reason = f"{label} rejected {_short(value)}"
+                    reason = f"{_validator(fn)} rejected {_short(value)}"
                     err = ValidationError(
                         f"{cls.__qualname__}.{spec.name}: {reason}; pass a value it accepts"
                     )
                     raise attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+
+
+def _validator(fn: Any) -> str:
+    return f"validator {getattr(fn, '__qualname__', fn)!r}"
 
 
 def _truthy(result: Any) -> bool:
