@@ -13,7 +13,7 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jaxstruct.testing import structs
+from jaxstruct.testing import arrays, structs
 from jaxtyping import Array, Float
 
 # What chex.Array is (chex is not installed here): devices arrays, NumPy arrays and scalars.
@@ -105,3 +105,11 @@ def test_optax_states_and_named_tuples_are_drawn(x: OptimiserState) -> None:
     ]
     assert type(x.point) is Point and isinstance(x.point.x, np.ndarray)
     assert isinstance(x.point.label, str)
+
+
+@settings(max_examples=20, database=None, deadline=None)
+@given(arrays(jax.typing.ArrayLike, sizes=2), arrays(np.ndarray | np.number, dtypes="int8"))
+def test_arrays_takes_array_unions(x: typing.Any, y: typing.Any) -> None:
+    """arrays() draws the array members of a union, as structs() does."""
+    assert isinstance(x, np.ndarray | jax.Array) and all(n == 2 for n in x.shape)
+    assert isinstance(y, np.ndarray) and y.dtype == np.int8

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -390,7 +392,8 @@ def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.S
     Args:
         annotation: ``np.ndarray``, ``jax.Array`` or a jaxtyping annotation such as
             ``Float[Array, "n 3"]`` (array type, dtype family and shape) or
-            ``Key[Array, ""]`` (typed PRNG keys).
+            ``Key[Array, ""]`` (typed PRNG keys), or a union with one of them
+            (``jax.typing.ArrayLike``: arrays of its array members).
         sizes: the named and free sizes: an int, a few ints (``(2, 5)``), a
             ``range``, a strategy of ints, or a mapping from size names to those.
             By default 0 to 3, rarely 0.
@@ -414,10 +417,14 @@ def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.S
         >>> test()
     """
     request = array_request(annotation)
+    if request is None and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [r for r in map(array_request, typing.get_args(annotation)) if r is not None]
+        request = merge_requests(found) if found else None
     if request is None:
         raise TypeError(
-            f"arrays() expected an array annotation (np.ndarray, jax.Array or a jaxtyping type "
-            f"such as Float[Array, 'n 3']), got {annotation!r}"
+            f"arrays() expected an array annotation (np.ndarray, jax.Array, a jaxtyping type "
+            f"such as Float[Array, 'n 3'], or a union with one such as jax.typing.ArrayLike), "
+            f"got {annotation!r}"
         )
     options = DrawOptions(sizes, dtypes)
     return st.builds(SizeTable, st.just(options)).flatmap(lambda table: arrays_for(request, table))
