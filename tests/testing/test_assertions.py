@@ -1,5 +1,7 @@
 """assert_roundtrip, assert_pytree_roundtrip and first_difference, including their messages."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import jaxstruct.core as js
@@ -161,3 +163,35 @@ def test_pytree_roundtrip_compiles_once_per_leaf_signature(caplog) -> None:
     # The identity under jit (whatever its name): its input is the three leaves.
     compiles = [m for m in messages if "Compiling" in m and "int8[11]" in m and "32[13]" in m]
     assert len(compiles) <= 1, compiles
+
+
+def _sgd(params: object) -> object:
+    return params
+
+
+class Resumable(js.Struct):
+    """A train state as docs/scale.md writes it: tx comes from the code, never the file."""
+
+    w: np.ndarray
+    step: int = 0
+    tx: Any = js.field(static=True, default=None, serialize=False)
+
+
+class Holder(js.Struct):
+    states: list[Resumable]
+
+
+def test_strict_roundtrip_can_exclude_named_fields() -> None:
+    """exclude= leaves named serialize=False fields out of strict, in nested structs too."""
+    x = Resumable(w=np.ones(2), step=3, tx=_sgd)
+    with pytest.raises(AssertionError, match=r"at x\.tx: .* exclude=\[its name\]"):
+        assert_roundtrip(x, strict=True, formats=("state_dict",))
+    assert_roundtrip(x, strict=True, exclude=["tx"], formats=("state_dict",))
+    assert_roundtrip(Holder(states=[x]), strict=True, exclude="tx", formats=("state_dict",))
+
+
+def test_exclude_must_name_a_field() -> None:
+    """A name in exclude= that no struct inside x has is a typo: ValueError."""
+    x = Resumable(w=np.ones(2), tx=_sgd)
+    with pytest.raises(ValueError, match=r"\['txx'\] is not the name of a field"):
+        assert_roundtrip(x, strict=True, exclude=["txx"], formats=("state_dict",))

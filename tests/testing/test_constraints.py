@@ -45,6 +45,23 @@ def test_comparison_validators_pass_strict_health_checks() -> None:
     check()
 
 
+class StaticHyper(js.Struct):
+    p: float = js.field(static=True, validator=lambda p: 0 <= p < 1)
+    q: float = js.field(static=True, validator=lambda q: 0 <= q < 1)
+    n: int = js.field(static=True, validator=lambda n: 1 <= n <= 4)
+
+
+def test_comparison_validators_bound_static_fields() -> None:
+    """Static fields' comparison validators bound their draws, as node fields' do."""
+
+    @STRICT
+    @given(structs(StaticHyper))
+    def check(h: StaticHyper) -> None:
+        assert 0 <= h.p < 1 and 0 <= h.q < 1 and 1 <= h.n <= 4
+
+    check()
+
+
 def test_documented_example_rejects_no_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     """The docs' Batch example (a validated field) never discards a whole instance."""
 
@@ -159,6 +176,8 @@ def test_raising_validator_still_constrains() -> None:
     check()
 
 
+# Half the draws are refused on purpose: the end-of-test report is expected.
+@pytest.mark.filterwarnings("ignore::jaxstruct.testing.RefusalWarning")
 def test_instance_validators_still_decide_at_construction() -> None:
     """A validator taking the instance is left to construction; its refusals are discarded."""
 

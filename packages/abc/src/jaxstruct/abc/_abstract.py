@@ -22,6 +22,7 @@ import inspect
 import sys
 from typing import Any
 
+import jaxstruct.core as js
 from jaxstruct.core import StructDefinitionError, extend
 
 from ._markers import classify
@@ -78,7 +79,7 @@ def owed(cls: type) -> tuple[dict[str, type], dict[str, type], bool]:
     declares = False
     for kls in reversed(cls.__mro__):
         annotations = _own_annotations(kls)
-        is_struct = "__struct_layout__" in kls.__dict__
+        is_struct = js.is_struct(kls)
         for name, annotation in annotations.items():
             kind = classify(kls.__qualname__, name, annotation)
             if kind in ("var", "classvar"):

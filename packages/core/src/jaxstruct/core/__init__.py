@@ -24,10 +24,12 @@ from ._compare import tree_equal
 from ._errors import (
     FrozenStructError,
     MissingDistributionError,
+    Refusal,
     StructDefinitionError,
     TracedComparisonError,
     UnassignedFieldError,
     ValidationError,
+    refusal_of,
 )
 from ._explain import Change, Recompile, explain_recompiles
 from ._fields import MISSING, FieldKind, FieldSpec, field
@@ -35,6 +37,7 @@ from ._introspect import (
     build,
     derived_fields,
     fields,
+    has_custom_init,
     is_struct,
     node_fields,
     opaque_fields,
@@ -58,6 +61,7 @@ __all__ = [
     "MissingDistributionError",
     "PytreeSpec",
     "Recompile",
+    "Refusal",
     "RegistrationError",
     "Selection",
     "SelectionError",
@@ -80,6 +84,7 @@ __all__ = [
     "field",
     "fields",
     "get_printoptions",
+    "has_custom_init",
     "is_registered_pytree_type",
     "is_struct",
     "lookup_class",
@@ -88,6 +93,7 @@ __all__ = [
     "optree_namespace",
     "pformat",
     "printoptions",
+    "refusal_of",
     "register_attrs_type",
     "register_class",
     "register_pytree_type",

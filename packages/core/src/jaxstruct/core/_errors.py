@@ -3,21 +3,100 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
 
 from jaxstruct.registry import StructError
 
 __all__ = [
     "FrozenStructError",
     "MissingDistributionError",
+    "Refusal",
+    "RefusalCheck",
     "StructDefinitionError",
     "TracedComparisonError",
     "UnassignedFieldError",
     "ValidationError",
+    "attach_refusal",
+    "refusal_of",
 ]
+
+#: Which step of construction refused a value (see :class:`Refusal`).
+RefusalCheck = Literal[
+    "missing", "unknown", "converter", "validator", "static", "type", "post_init", "check_init"
+]
+
+#: The attribute core sets on an exception it raises, or lets through, while building a struct.
+_ATTRIBUTE = "__jaxstruct_refusal__"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Who refused to build a struct, and why: read with :func:`refusal_of`.
+
+    Attributes:
+        cls: the struct class being built.
+        field: the field whose value was refused, or ``None`` for the whole
+            instance (``__post_init__``, ``__check_init__``).
+        check: the step that refused: ``"missing"`` (a required field got no
+            value), ``"unknown"`` (a value for no field), ``"converter"``,
+            ``"validator"``, ``"static"`` (a static value that is an array or
+            unhashable), ``"type"`` (``typecheck=True``), ``"post_init"`` or
+            ``"check_init"``.
+        reason: what was wrong, in a few words, without the fix
+            (``"validator 'positive' rejected 0"``).
+        hook: the converter, validator or ``__check_init__`` that refused (or
+            raised), else ``None``.
+    """
+
+    cls: type
+    field: str | None
+    check: RefusalCheck
+    reason: str
+    hook: Callable[..., Any] | None = None
+
+
+def attach_refusal(err: BaseException, refusal: Refusal) -> BaseException:
+    """Record ``refusal`` on ``err`` unless an inner step already recorded one; return ``err``."""
+    if getattr(err, _ATTRIBUTE, None) is None:
+        setattr(err, _ATTRIBUTE, refusal)
+    return err
+
+
+def refusal_of(err: BaseException) -> Refusal | None:
+    """Return which check refused to build a struct when ``err`` was raised, or ``None``.
+
+    Core records a :class:`Refusal` on each :class:`ValidationError` it raises
+    and on every exception that a converter, validator, ``__post_init__`` or
+    ``__check_init__`` raises while a struct is built (the user's own exception
+    type is kept). ``None`` means ``err`` did not come out of building a struct.
+
+    Example:
+        >>> import jaxstruct.core as js
+        >>> class P(js.Struct):
+        ...     n: int = js.field(validator=lambda n: n > 0)
+        >>> try:
+        ...     P(n=0)
+        ... except js.ValidationError as err:
+        ...     why = js.refusal_of(err)
+        >>> why.cls is P, why.field, why.check
+        (True, 'n', 'validator')
+    """
+    found = getattr(err, _ATTRIBUTE, None)
+    return found if isinstance(found, Refusal) else None
 
 
 class ValidationError(StructError, ValueError):
-    """A field value was rejected by a validator, a static-field check or a type check."""
+    """A field value was rejected by a validator, a static-field check or a type check.
+
+    :func:`refusal_of` says which class, field and check refused (also
+    :attr:`refusal`).
+    """
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """Which check refused (see :func:`refusal_of`); ``None`` when not raised by core."""
+        return refusal_of(self)
 
 
 class UnassignedFieldError(ValidationError, TypeError):

@@ -14,6 +14,7 @@ __all__ = [
     "build",
     "derived_fields",
     "fields",
+    "has_custom_init",
     "is_struct",
     "node_fields",
     "opaque_fields",
@@ -42,6 +43,24 @@ def is_struct(cls_or_obj: Any) -> bool:
     """
     cls = cls_or_obj if isinstance(cls_or_obj, type) else type(cls_or_obj)
     return getattr(cls, "__struct_layout__", None) is not None
+
+
+def has_custom_init(cls_or_obj: Any) -> bool:
+    """Return whether a struct class has a hand-written ``__init__``.
+
+    Such a class takes its own arguments, not one keyword per field, so code
+    that makes instances from field values should call :func:`build`.
+
+    Example:
+        >>> import jaxstruct.core as js
+        >>> class Scaled(js.Struct):
+        ...     x: float
+        ...     def __init__(self, raw, scale=2.0):
+        ...         self.x = raw * scale
+        >>> js.has_custom_init(Scaled), js.build(Scaled, {"x": 1.0})
+        (True, Scaled(x=1.0))
+    """
+    return _layout(cls_or_obj).user_init
 
 
 def fields(cls_or_obj: Any) -> OrderedDict[str, FieldSpec]:

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from jax.tree_util import GetAttrKey
 
+from ._errors import Refusal, attach_refusal
 from ._fields import FieldKind, FieldSpec, required_positional
 
 __all__ = ["FLAT", "KEYED", "Layout", "Opaque", "converter_failed"]
@@ -198,15 +199,13 @@ def converter_failed(cls: type, name: str, converter: Any, err: Exception) -> No
     """
     where = f"{cls.__qualname__}.{name}"
     label = getattr(converter, "__qualname__", None) or repr(converter)
-    message = (
-        f"{where}: converter {label} raised {type(err).__name__}: {err}; "
-        "pass a value the converter accepts"
-    )
+    reason = f"converter {label} raised {type(err).__name__}: {err}"
+    message = f"{where}: {reason}; pass a value the converter accepts"
     try:
         wrapped = type(err)(message)
     except Exception:
         wrapped = None
     if wrapped is None or str(wrapped) != message:
         err.add_note(f"while converting {where} with {label}")
-        raise err
-    raise wrapped from err
+        raise attach_refusal(err, Refusal(cls, name, "converter", reason, converter))
+    raise attach_refusal(wrapped, Refusal(cls, name, "converter", reason, converter)) from err

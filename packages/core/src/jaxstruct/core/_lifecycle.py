@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import UnassignedFieldError, ValidationError
+from ._errors import Refusal, UnassignedFieldError, ValidationError, attach_refusal
 from ._fields import MISSING
 from ._layout import Layout
 
@@ -52,19 +52,24 @@ def building() -> set[int]:
 def check_static(cls: type, name: str, value: Any) -> None:
     """Reject a static value that is an array or unhashable, naming the field and the fix."""
     if isinstance(value, np.ndarray | jax.Array):
-        raise ValidationError(
+        err = ValidationError(
             f"static field {cls.__qualname__}.{name} holds an array ({_describe(value)}); "
             "static fields are hashed into the tree structure. Make it a node field "
             "(drop static=True) or store a tuple of Python numbers"
         )
+        raise attach_refusal(
+            err, Refusal(cls, name, "static", f"holds an array ({_describe(value)})")
+        )
     try:
         hash(value)
     except TypeError:
-        raise ValidationError(
+        err = ValidationError(
             f"static field {cls.__qualname__}.{name} must be hashable, got "
             f"{type(value).__name__} {value!r}; use an immutable value (tuple, frozenset), "
             "or make it a node field (drop static=True) or opaque (pytree=False)"
-        ) from None
+        )
+        reason = f"unhashable {type(value).__name__}"
+        raise attach_refusal(err, Refusal(cls, name, "static", reason)) from None
 
 
 def bound_method_message(cls: type, name: str, method: str) -> str:
@@ -105,13 +110,22 @@ def _validate(obj: Any, layout: Layout) -> None:
         for spec in layout.validated:
             value = getattr(obj, spec.name)
             for fn, takes_self in table[spec.name]:
-                result = fn(obj, value) if takes_self else fn(value)
+                try:
+                    result = fn(obj, value) if takes_self else fn(value)
+                except Exception as err:
+                    reason = f"{_validator(fn)} raised {type(err).__name__}: {err}"
+                    attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+                    raise
                 if result is not None and not _truthy(result):
-                    raise ValidationError(
-                        f"{cls.__qualname__}.{spec.name}: validator "
-                        f"{getattr(fn, '__qualname__', fn)!r} rejected {_short(value)}; "
-                        "pass a value it accepts"
+                    reason = f"{_validator(fn)} rejected {_short(value)}"
+                    err = ValidationError(
+                        f"{cls.__qualname__}.{spec.name}: {reason}; pass a value it accepts"
                     )
+                    raise attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+
+
+def _validator(fn: Any) -> str:
+    return f"validator {getattr(fn, '__qualname__', fn)!r}"
 
 
 def _truthy(result: Any) -> bool:
@@ -134,10 +148,12 @@ def _check_complete(obj: Any, layout: Layout) -> None:
     missing = [f.name for f in layout.fields if getattr(obj, f.name, MISSING) is MISSING]
     if missing:
         names = ", ".join(repr(n) for n in missing)
-        raise UnassignedFieldError(
+        err = UnassignedFieldError(
             f"{layout.cls.__qualname__}: field(s) {names} were never assigned; give them a "
             "default or assign them in __init__ / __post_init__"
         )
+        reason = f"field(s) {names} never assigned"
+        raise attach_refusal(err, Refusal(layout.cls, missing[0], "missing", reason))
 
 
 def finish(
@@ -162,10 +178,14 @@ def finish(
             # (a lookup on the class here would cost every construction).
             hook = layout.post_init
             if hook is not None:
-                if initvars:
-                    hook(obj, *initvars)
-                else:
-                    hook(obj)
+                try:
+                    if initvars:
+                        hook(obj, *initvars)
+                    else:
+                        hook(obj)
+                except Exception as err:
+                    _refused_by_hook(err, layout.cls, "post_init", hook)
+                    raise
             # Derived fields run a second time even without __post_init__, as
             # the lifecycle promises (a derived callable may count its calls).
             if layout.derived:
@@ -181,10 +201,22 @@ def finish(
         ids.discard(key)
         try:
             for check in layout.checks:
-                check(obj)
+                try:
+                    check(obj)
+                except Exception as err:
+                    _refused_by_hook(err, layout.cls, "check_init", check)
+                    raise
         finally:
             if not fresh:
                 ids.add(key)
+
+
+def _refused_by_hook(err: Exception, cls: type, check: Any, hook: Any) -> None:
+    """Record that ``hook`` (``__post_init__`` or a check) of ``cls`` raised ``err``."""
+    name = getattr(hook, "__qualname__", None) or repr(hook)
+    attach_refusal(
+        err, Refusal(cls, None, check, f"{name} raised {type(err).__name__}: {err}", hook)
+    )
 
 
 def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, convert: bool) -> Any:
@@ -196,10 +228,11 @@ def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, con
     """
     unknown = [k for k in values if k not in layout.by_name]
     if unknown:
-        raise ValidationError(
-            f"{cls.__qualname__} has no field(s) {', '.join(map(repr, unknown))}; "
-            f"its fields are {list(layout.by_name)}"
+        names = ", ".join(map(repr, unknown))
+        err = ValidationError(
+            f"{cls.__qualname__} has no field(s) {names}; its fields are {list(layout.by_name)}"
         )
+        raise attach_refusal(err, Refusal(cls, unknown[0], "unknown", f"no field(s) {names}"))
     obj = _new(cls)
     for spec in layout.fields:
         if spec.derived is not None:
@@ -208,9 +241,10 @@ def new_from_values(cls: type, layout: Layout, values: Mapping[str, Any], *, con
         if value is MISSING:
             if not spec.has_default:
                 if spec.init or not layout.post_init:
-                    raise ValidationError(
+                    err = ValidationError(
                         f"{cls.__qualname__}: required field {spec.name!r} is missing"
                     )
+                    raise attach_refusal(err, Refusal(cls, spec.name, "missing", "missing"))
                 continue
             value = spec.make_default()
         elif convert and spec.converter is not None:

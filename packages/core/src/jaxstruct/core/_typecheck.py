@@ -17,12 +17,19 @@ types are checked.
 from __future__ import annotations
 
 import os
+import random
 import sys
 import typing
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import MissingDistributionError, StructDefinitionError, ValidationError
+from ._errors import (
+    MissingDistributionError,
+    Refusal,
+    StructDefinitionError,
+    ValidationError,
+    attach_refusal,
+)
 from ._meta import class_created_hooks, extension_keywords
 
 __all__ = ["check_types"]
@@ -58,7 +65,25 @@ def _make_checker(hint: Any) -> _Checker | None:
         if isinstance(hint, type):
             return lambda value: isinstance(value, hint)
         return None
-    return lambda value: is_bearable(value, hint)
+    if isinstance(hint, type):
+        return lambda value: isinstance(value, hint)
+    return lambda value: _bearable(value, hint, is_bearable)
+
+
+def _bearable(value: Any, hint: Any, is_bearable: Callable[[Any, Any], bool]) -> bool:
+    """``is_bearable(value, hint)``, leaving the global ``random`` state as it was.
+
+    beartype checks one random item of a container with ``random.getrandbits``,
+    which moves the global state: a check inside a Hypothesis draw then trips
+    its "do not use the random module inside strategies" deprecation (an error
+    under ``-W error``), and a user's seeded ``random`` sequence would depend
+    on how many structs were built.
+    """
+    state = random.getstate()
+    try:
+        return is_bearable(value, hint)
+    finally:
+        random.setstate(state)
 
 
 def _resolve(cls: type) -> tuple[tuple[str, Any, _Checker], ...]:
@@ -134,10 +159,11 @@ def _check_fields(obj: Any) -> None:
                 f"runtime ({err}); use a checkable annotation or drop typecheck=True"
             ) from None
         if not ok:
-            raise ValidationError(
-                f"{cls.__qualname__}.{name}: expected {_hint_name(hint)}, got "
-                f"{_describe(value)}{_bindings()}; pass a value matching the annotation"
+            reason = f"expected {_hint_name(hint)}, got {_describe(value)}{_bindings()}"
+            err = ValidationError(
+                f"{cls.__qualname__}.{name}: {reason}; pass a value matching the annotation"
             )
+            raise attach_refusal(err, Refusal(cls, name, "type", reason))
 
 
 def _hint_name(hint: Any) -> str:
@@ -168,7 +194,9 @@ def check_types(obj: Any, *, batch_ndim: int = 0) -> None:
 
     This is the check ``typecheck=True`` runs at construction; call it directly
     for any struct, e.g. after ``jax.tree.map`` or unflattening, which never
-    run it. With ``batch_ndim=k`` the struct is taken as a batch of structs
+    run it. The structs its node fields hold (directly or in lists, tuples
+    and dicts) are checked too, each binding its own dimension names. With
+    ``batch_ndim=k`` the struct is taken as a batch of structs
     (as produced by ``vmap`` or stacking): every array node leaf must share the
     same ``k`` leading axes, and the annotations are checked against one
     element of the batch (shapes only, nothing is computed).
@@ -202,7 +230,7 @@ def check_types(obj: Any, *, batch_ndim: int = 0) -> None:
     if getattr(type(obj), "__struct_layout__", None) is None:
         raise TypeError(f"check_types() expected a struct instance, got {type(obj).__qualname__}")
     if batch_ndim == 0:
-        _run(obj)
+        _check_tree(obj)
         return
     import jax
 
@@ -218,10 +246,25 @@ def check_types(obj: Any, *, batch_ndim: int = 0) -> None:
 
     def one(tree: Any) -> None:
         element = jax.tree_util.tree_map(lambda x: x[index] if hasattr(x, "shape") else x, tree)
-        _run(element)
+        _check_tree(element)
 
     # Shapes only: the slicing and the checks run on abstract values.
     jax.eval_shape(one, obj)
+
+
+def _is_struct(value: Any) -> bool:
+    return getattr(type(value), "__struct_layout__", None) is not None
+
+
+def _check_tree(obj: Any) -> None:
+    """Check ``obj`` and every struct its node fields hold, each with its own dimension names."""
+    import jax
+
+    _run(obj)
+    for name in type(obj).__struct_layout__.node_names:
+        for leaf in jax.tree_util.tree_leaves(getattr(obj, name), is_leaf=_is_struct):
+            if _is_struct(leaf):
+                _check_tree(leaf)
 
 
 def _install_check(cls: type) -> None:

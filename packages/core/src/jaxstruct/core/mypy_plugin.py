@@ -72,7 +72,9 @@ FIELD = "jaxstruct.core._fields.field"
 DECORATORS = frozenset(
     {"jaxstruct.core._register.register_class", "jaxstruct.core._register.dataclass"}
 )
-ABSTRACT_VAR = "jaxstruct.abc._markers.AbstractVar"
+# The public name: an annotation counts when it refers to what this name refers to,
+# wherever jaxstruct.abc defines it.
+ABSTRACT_VAR = "jaxstruct.abc.AbstractVar"
 METADATA = "jaxstruct"
 # mypy's dataclass support stores the signature of ``dataclasses.replace`` for each
 # dataclass (every field keyword-only and optional) under this name.
@@ -276,7 +278,10 @@ def _is_abstract_var(ctx: ClassDefContext, stmt: AssignmentStmt) -> bool:
     if not isinstance(annotation, UnboundType) or not isinstance(stmt.rvalue, TempNode):
         return False
     symbol = ctx.api.lookup_qualified(annotation.name, ctx.cls, suppress_errors=True)
-    return symbol is not None and symbol.fullname == ABSTRACT_VAR
+    if symbol is None or symbol.node is None:
+        return False
+    public = ctx.api.lookup_fully_qualified_or_none(ABSTRACT_VAR)
+    return public is not None and public.node is symbol.node
 
 
 def _converter_of(stmt: Any) -> tuple[str, str] | None:

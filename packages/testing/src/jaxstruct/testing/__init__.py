@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     from ._assertions import FORMATS, assert_pytree_roundtrip, assert_roundtrip
     from ._classes import struct_classes
     from ._compare import first_difference
+    from ._refusals import RefusalWarning
     from ._strategies import hashable_values, structs
 
 _WHERE = {
     "FORMATS": "._assertions",
+    "RefusalWarning": "._refusals",
     "arrays": "._arrays",
     "assert_pytree_roundtrip": "._assertions",
     "assert_roundtrip": "._assertions",
@@ -33,6 +35,7 @@ _WHERE = {
 
 __all__ = [
     "FORMATS",
+    "RefusalWarning",
     "arrays",
     "assert_pytree_roundtrip",
     "assert_roundtrip",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +35,8 @@ __all__ = [
     "jax_dtypes_ok",
     "key_impl_of",
     "key_request",
+    "merge_requests",
+    "numpy_scalars",
     "options_of",
 ]
 
@@ -239,9 +243,6 @@ def _shape(
     return tuple(shape)
 
 
-_VARIADIC = ("_NamedVariadicDim", "_AnonymousVariadicDim")
-
-
 def bind_sizes(dims: tuple[Any, ...] | None, shape: tuple[int, ...], sizes: dict[str, Any]) -> None:
     """Record in ``sizes`` the named sizes a given array's ``shape`` shows for ``dims``.
 
@@ -341,6 +342,39 @@ def _draw_key(draw: Callable[..., Any], request: ArrayRequest, sizes: dict[str, 
     return jax.random.wrap_key_data(data, impl=impl)
 
 
+def merge_requests(requests: list[ArrayRequest]) -> ArrayRequest:
+    """One request drawing what any of ``requests`` allows (the array members of a union)."""
+    kinds = {r.kind for r in requests}
+    kind = kinds.pop() if len(kinds) == 1 else "any"
+    dtypes = tuple(dict.fromkeys(d for r in requests for d in r.dtypes))
+    dims = next((r.dims for r in requests if r.dims is not None), None)
+    return ArrayRequest(kind, dtypes, dims)
+
+
+def numpy_scalars(annotation: Any) -> st.SearchStrategy[Any] | None:
+    """NumPy scalars of a scalar type (``np.float32``) or family (``np.number``), else ``None``.
+
+    Hypothesis draws the concrete types itself but cannot draw a family
+    (``np.number``, ``np.floating``): this draws one of the dtypes it holds.
+
+    Example:
+        >>> from hypothesis import find
+        >>> x = find(numpy_scalars(np.floating), lambda x: x.dtype == np.float16)
+        >>> type(x).__name__
+        'float16'
+    """
+    if not (isinstance(annotation, type) and issubclass(annotation, np.generic)):
+        return None
+    names = [d for d in DEFAULT_DTYPES if d != "bfloat16" and np.issubdtype(d, annotation)]
+    if not names:
+        return None
+    return (
+        st.sampled_from(names)
+        .flatmap(lambda name: hnp.arrays(np.dtype(name), (), elements=_elements(np.dtype(name))))
+        .map(lambda a: a[()])
+    )
+
+
 def arrays_for(request: ArrayRequest, sizes: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Return a strategy of arrays satisfying ``request``; ``sizes`` shares named dims."""
     if request.kind == "key":
@@ -358,7 +392,8 @@ def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.S
     Args:
         annotation: ``np.ndarray``, ``jax.Array`` or a jaxtyping annotation such as
             ``Float[Array, "n 3"]`` (array type, dtype family and shape) or
-            ``Key[Array, ""]`` (typed PRNG keys).
+            ``Key[Array, ""]`` (typed PRNG keys), or a union with one of them
+            (``jax.typing.ArrayLike``: arrays of its array members).
         sizes: the named and free sizes: an int, a few ints (``(2, 5)``), a
             ``range``, a strategy of ints, or a mapping from size names to those.
             By default 0 to 3, rarely 0.
@@ -382,10 +417,14 @@ def arrays(annotation: Any, /, *, sizes: Any = None, dtypes: Any = None) -> st.S
         >>> test()
     """
     request = array_request(annotation)
+    if request is None and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [r for r in map(array_request, typing.get_args(annotation)) if r is not None]
+        request = merge_requests(found) if found else None
     if request is None:
         raise TypeError(
-            f"arrays() expected an array annotation (np.ndarray, jax.Array or a jaxtyping type "
-            f"such as Float[Array, 'n 3']), got {annotation!r}"
+            f"arrays() expected an array annotation (np.ndarray, jax.Array, a jaxtyping type "
+            f"such as Float[Array, 'n 3'], or a union with one such as jax.typing.ArrayLike), "
+            f"got {annotation!r}"
         )
     options = DrawOptions(sizes, dtypes)
     return st.builds(SizeTable, st.just(options)).flatmap(lambda table: arrays_for(request, table))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import jaxstruct.core as js
 import numpy as np
 from jaxstruct.core import FieldKind, FieldSpec
 
@@ -48,6 +49,7 @@ def assert_roundtrip(
     formats: Iterable[str] = FORMATS,
     tmp_path: str | Path | None = None,
     strict: bool = False,
+    exclude: Iterable[str] = (),
 ) -> None:
     """Assert ``x`` survives serialisation: state dict, directory and zip, leaf by leaf.
 
@@ -56,7 +58,9 @@ def assert_roundtrip(
     not serialised (opaque ones, by default) are not compared, unless
     ``strict``: then node and static fields declared ``serialize=False`` must
     come back equal too (a counter or a key left out of checkpoints by
-    mistake loads as its default, and fails).
+    mistake loads as its default, and fails), except those named in
+    ``exclude`` (state the code supplies on purpose, such as an optimiser
+    ``tx`` kept out of checkpoints).
 
     Args:
         x: a struct instance (or any value ``jaxstruct.io`` can serialise).
@@ -64,11 +68,14 @@ def assert_roundtrip(
             any registered format's name (a plugin's: ``"tar"``) is accepted too.
         tmp_path: where to write the checkpoints; a temporary directory by default.
         strict: also compare node and static fields declared ``serialize=False``.
+        exclude: names of ``serialize=False`` fields (of any struct inside ``x``)
+            that ``strict`` leaves out.
 
     Raises:
         AssertionError: naming the format and the first differing path, e.g.
             ``zip: ... at x.params['w']: dtype float32 != float64``.
-        ValueError: an unknown format name.
+        ValueError: an unknown format name, or a name in ``exclude`` that is no
+            field of a struct inside ``x``.
         MissingDistributionError: ``jaxstruct-io`` is not installed.
 
     Example:
@@ -89,7 +96,14 @@ def assert_roundtrip(
             f"assert_roundtrip(): unknown format(s) {unknown!r}; expected some of {known!r} "
             '("state_dict" or a registered format)'
         )
-    check = functools.partial(_check, strict=strict)
+    excluded = frozenset([exclude] if isinstance(exclude, str) else exclude)
+    missing = excluded - _field_names(x)
+    if missing:
+        raise ValueError(
+            f"assert_roundtrip(exclude=...): {sorted(missing)} is not the name of a field of any "
+            f"struct inside x; fields are {sorted(_field_names(x))}"
+        )
+    check = functools.partial(_check, strict=strict, excluded=excluded)
     if "state_dict" in wanted:
         restored = io.from_state_dict(io.to_state_dict(x))
         check(x, restored, "state_dict")
@@ -115,17 +129,42 @@ def _check_files(
         check(x, io.load(target), fmt)
 
 
-def _strictly(spec: FieldSpec) -> bool:
+def _field_names(x: Any) -> set[str]:
+    """The field names of every struct inside ``x`` (nested ones and those in containers)."""
+    names: set[str] = set()
+    stack = [x]
+    while stack:
+        value = stack.pop()
+        if js.is_struct(value):
+            names.update(js.fields(value))
+            stack += [getattr(value, name, None) for name in js.fields(value)]
+        elif isinstance(value, dict):
+            stack += list(value.values())
+        elif isinstance(value, list | tuple):
+            stack += list(value)
+    return names
+
+
+def _strictly(spec: FieldSpec, excluded: frozenset[str] = frozenset()) -> bool:
+    if spec.name in excluded and not serialized(spec):
+        return False
     # Opaque fields are not data (callables, handles): still skipped unless stored.
     return serialized(spec) or spec.kind is not FieldKind.OPAQUE
 
 
-def _check(x: Any, restored: Any, what: str, *, strict: bool = False) -> None:
+def _check(
+    x: Any,
+    restored: Any,
+    what: str,
+    *,
+    strict: bool = False,
+    excluded: frozenset[str] = frozenset(),
+) -> None:
     problem = difference(x, restored, "x", serialized)
     if problem:
         raise _fail(what, problem)
     if strict:
-        problem = difference(x, restored, "x", _strictly)
+        problem = difference(x, restored, "x", functools.partial(_strictly, excluded=excluded))
         if problem:
             raise _fail(what, problem + _NOT_STORED)
 
@@ -133,7 +172,7 @@ def _check(x: Any, restored: Any, what: str, *, strict: bool = False) -> None:
 _NOT_STORED = (
     " (strict=True: the field is declared serialize=False, so exports do not store it and "
     "loading gives its default; drop serialize=False if it is state to keep, or leave it out "
-    "of the check with strict=False)"
+    "of the check with exclude=[its name])"
 )
 
 

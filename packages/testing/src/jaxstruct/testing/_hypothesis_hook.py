@@ -32,7 +32,9 @@ def register_struct(cls: type) -> None:
     """Register ``cls`` with Hypothesis's ``from_type`` (not abstract or generated classes)."""
     if is_abstract_class(cls) or cls.__dict__.get("__jaxstruct_generated__", False):
         return
-    if "__struct_layout__" not in cls.__dict__:
+    import jaxstruct.core as js  # imported already: this runs as its class hook
+
+    if not js.is_struct(cls):
         return
     from hypothesis import strategies as st
 

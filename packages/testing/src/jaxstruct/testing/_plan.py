@@ -6,7 +6,9 @@ Two ways to state the tie, both read here once per ``structs()`` call:
 
 * ``sizes={"chains": "n_chains"}`` binds a jaxtyping named size to an int
   field: the field is drawn first (from the size option, through its
-  validators), and every ``chains`` dimension takes its value;
+  validators), and every ``chains`` dimension takes its value; a path
+  (``{"d": "config.d_model"}``) binds it to an int field of a nested struct,
+  whose field is drawn first;
 * an override may be a function whose parameters name other fields:
   ``chains=lambda n_chains, n_sites: ...`` returns the strategy for
   ``chains`` given the values drawn for those fields, which are drawn first.
@@ -25,7 +27,7 @@ from typing import Any
 from hypothesis import strategies as st
 from jaxstruct.core import FieldSpec
 
-__all__ = ["Plan", "split_sizes"]
+__all__ = ["Plan", "bindings_inside", "split_sizes"]
 
 
 def split_sizes(sizes: Any) -> tuple[Any, dict[str, str]]:
@@ -35,6 +37,23 @@ def split_sizes(sizes: Any) -> tuple[Any, dict[str, str]]:
     bindings = {k: v for k, v in sizes.items() if isinstance(v, str)}
     rest = {k: v for k, v in sizes.items() if not isinstance(v, str)}
     return rest, bindings
+
+
+def bindings_inside(
+    bindings: Mapping[str, str], settable: Mapping[str, Any]
+) -> dict[str, dict[str, str]]:
+    """The size bindings that name a path (``"config.d_model"``), by the field they go through.
+
+    Example:
+        >>> bindings_inside({"d": "config.d_model", "n": "n"}, {"config": 0, "n": 0})
+        {'config': {'d': 'd_model'}}
+    """
+    inside: dict[str, dict[str, str]] = {}
+    for size, field in bindings.items():
+        head, dot, rest = field.partition(".")
+        if dot and head in settable:
+            inside.setdefault(head, {})[size] = rest
+    return inside
 
 
 def _parameters(cls: type, name: str, fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -60,7 +79,16 @@ def _parameters(cls: type, name: str, fn: Callable[..., Any]) -> tuple[str, ...]
 class Plan:
     """What ``structs(cls, ...)`` draws, in which order, and what binds which size."""
 
-    __slots__ = ("bound", "cls", "depends", "extra", "order", "overrides", "settable")
+    __slots__ = (
+        "bound",
+        "bound_inside",
+        "cls",
+        "depends",
+        "extra",
+        "order",
+        "overrides",
+        "settable",
+    )
 
     def __init__(
         self,
@@ -70,6 +98,7 @@ class Plan:
         bindings: Mapping[str, str],
         *,
         strict: bool = True,
+        extra: Any = None,
     ) -> None:
         self.cls = cls
         self.settable = settable
@@ -77,7 +106,11 @@ class Plan:
         where = f"structs({cls.__qualname__})"
         #: field name -> the size name it binds.
         self.bound: dict[str, str] = {}
+        #: nested struct field -> {size name: the path inside it} (``"config.d_model"``).
+        self.bound_inside = bindings_inside(bindings, settable)
         for size, field in bindings.items():
+            if field.partition(".")[0] in self.bound_inside:
+                continue
             if field not in settable:
                 if not strict:
                     continue
@@ -108,8 +141,8 @@ class Plan:
                 )
             self.depends[name] = params
         self.order = self._order()
-        #: What the draw also needs (options, nesting), set by ``structs()``.
-        self.extra: Any = None
+        #: What the draw also needs (options, nesting), given by ``structs()``.
+        self.extra = extra
 
     def __repr__(self) -> str:
         # Shown by Hypothesis in "while generating 'x' from ...": say what was asked for.
@@ -119,6 +152,8 @@ class Plan:
     def _rank(self, name: str) -> int:
         if name in self.depends:
             return 2
+        if name in self.bound_inside:
+            return 0
         if name in self.bound or name in self.overrides:
             return 0 if name in self.bound else 1
         return 2

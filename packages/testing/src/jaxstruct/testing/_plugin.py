@@ -7,6 +7,7 @@ an environment where ``jaxstruct-testing`` is installed.
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,17 +20,31 @@ _GAVE_UP = ("FailedHealthCheck", "Unsatisfiable")
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Add to a health-check or ``Unsatisfiable`` failure which classes refused draws, and why."""
-    from ._refusals import health_note, reset_refusals
+    """Report the struct classes that refused a large share of a test's draws, and why.
+
+    A test that passes gets a :class:`~jaxstruct.testing.RefusalWarning` (shown
+    in pytest's warnings summary; under ``-W error`` it fails the test); a
+    test that fails gets the report as a note, and a health-check or
+    ``Unsatisfiable`` failure always names the classes that refused draws.
+    """
+    from ._refusals import RefusalWarning, health_note, refusal_report, reset_refusals
 
     reset_refusals()
     try:
-        return (yield)
+        result = yield
+        report = refusal_report()
+        if report is not None:
+            # Attributed to the test function, not to this plugin.
+            _, line, _ = item.location
+            warnings.warn_explicit(report, RefusalWarning, str(item.path), (line or 0) + 1)
+        return result
+    except RefusalWarning:
+        raise
     except BaseException as err:
-        if type(err).__name__ in _GAVE_UP and type(err).__module__ == "hypothesis.errors":
-            note = health_note()
-            if note is not None:
-                err.add_note(note)
+        gave_up = type(err).__name__ in _GAVE_UP and type(err).__module__ == "hypothesis.errors"
+        note = health_note() if gave_up else refusal_report()
+        if note is not None:
+            err.add_note(note)
         raise
     finally:
         reset_refusals()

@@ -7,7 +7,14 @@ a ``ValueError``/``AssertionError`` raised by a validator or ``__check_init__``
 itself, or a ``ValueError``/``TypeError`` raised by a converter itself (the
 documented ways for them to say no). Anything else (an ``IndexError`` in
 ``__post_init__``, an error raised deep inside a library a check calls) is a
-bug of the class under test and fails the test, as ``st.builds`` would.
+bug of the class under test and fails the test, as ``st.builds`` would. Which
+check refused comes from core (``jaxstruct.core.refusal_of``), never from the
+wording of its messages.
+
+The tally counts, per class, the instances ``structs()`` tried to build and
+those refused, so that the pytest plugin can report, at the end of each test,
+a class that refuses a large share of its draws (:class:`RefusalWarning`): an
+over-strict check otherwise passes silently, its refusals discarded.
 
 Kept free of JAX and Hypothesis imports: the pytest plugin reads the tally.
 """
@@ -16,18 +23,43 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
-from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
 
-__all__ = ["describe_refusal", "health_note", "record_refusal", "reset_refusals"]
+__all__ = [
+    "REPORTED_SHARE",
+    "RefusalWarning",
+    "describe_refusal",
+    "health_note",
+    "record_attempt",
+    "record_refusal",
+    "refusal_report",
+    "reset_refusals",
+]
 
 #: Refusals since the current test started: (class name, summary) -> count.
 _TALLY: Counter[tuple[str, str]] = Counter()
+#: Instances ``structs()`` tried to build since the current test started, per class name.
+_ATTEMPTS: Counter[str] = Counter()
+
+#: A class refusing more than this share of its draws in a test is reported (however
+#: few: one refusal of a three-value space, exhausted by Hypothesis, is a valid value lost).
+REPORTED_SHARE = 0.10
 
 _HOOK_REFUSALS = (ValueError, AssertionError)
 _CONVERTER_REFUSALS = (ValueError, TypeError)
 _LONGEST = 160
+
+
+class RefusalWarning(UserWarning):
+    """A struct class refused a large share of the draws of ``structs()`` in one test.
+
+    Raised as a warning at the end of the test (pytest shows it in the
+    warnings summary, also when the test passes); under ``-W error`` it fails
+    the test. The refused draws were discarded, so the test checked fewer
+    instances than it seems, and a check refusing valid values (an over-strict
+    ``__post_init__``) goes unnoticed otherwise.
+    """
 
 
 def _code_of(fn: Any) -> CodeType | None:
@@ -46,33 +78,6 @@ def _raised_in(err: BaseException) -> CodeType | None:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame.f_code
-
-
-def _chain(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and its causes (a converter's error is re-raised naming the field)."""
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__
-
-
-def _hooks(cls: type) -> list[tuple[Callable[..., Any], str]]:
-    """The validators and ``__check_init__`` methods of ``cls``, each with a label."""
-    import jaxstruct.core as js
-
-    found: list[tuple[Callable[..., Any], str]] = []
-    for name, spec in js.fields(cls).items():
-        for validator in spec.validators:
-            found.append((validator, f"{cls.__qualname__}.{name}: validator {_name(validator)!r}"))
-    for check in getattr(cls.__dict__.get("__struct_layout__"), "checks", ()):
-        found.append((check, f"{cls.__qualname__}: {_name(check)}"))
-    return found
-
-
-def _name(fn: Any) -> str:
-    return str(getattr(fn, "__qualname__", None) or repr(fn))
 
 
 def _short(text: str) -> str:
@@ -94,25 +99,28 @@ def describe_refusal(cls: type, err: BaseException) -> str | None:
         P.n: validator '...<lambda>' rejected 0
         >>> describe_refusal(P, IndexError("a bug"))
     """
-    from jaxstruct.core import ValidationError
+    from jaxstruct.core import ValidationError, refusal_of
 
+    refusal = refusal_of(err)
+    if refusal is None:
+        if isinstance(err, ValidationError):  # raised by a user's own code, outside a hook
+            return _short(f"{cls.__qualname__}: ValidationError: {err}")
+        return None
+    where = refusal.cls.__qualname__
+    if refusal.field is not None:
+        where += f".{refusal.field}"
+    summary = _short(f"{where}: {refusal.reason}")
     if isinstance(err, ValidationError):
-        # Core's messages name class and field, then "; " and the fix.
-        return _short(str(err).split("; ")[0])
-    if isinstance(err, _CONVERTER_REFUSALS):
-        # Core re-raises a converter's error naming "Class.field: converter f raised ...",
-        # or adds the note "while converting Class.field with f".
-        texts = [str(err), *getattr(err, "__notes__", ())]
-        for text in texts:
-            if text.startswith(f"{cls.__qualname__}.") and ": converter " in text:
-                return _short(text.split("; pass a value")[0])
-            if text.startswith(f"while converting {cls.__qualname__}."):
-                return _short(f"{text[len('while converting ') :]}: {type(err).__name__}: {err}")
-    for link in _chain(err):
-        code = _raised_in(link)
-        for fn, label in _hooks(cls):
-            if isinstance(link, _HOOK_REFUSALS) and code is not None and code is _code_of(fn):
-                return _short(f"{label} raised {type(link).__name__}: {link}")
+        return summary
+    if refusal.cls is not cls:
+        return None  # another class's converter or check failed inside this one: a bug
+    if refusal.check == "converter" and isinstance(err, _CONVERTER_REFUSALS):
+        return summary
+    if refusal.check in ("validator", "check_init") and isinstance(err, _HOOK_REFUSALS):
+        # Raised by the hook itself, not deep inside a library it calls.
+        code = _raised_in(err)
+        if code is not None and code is _code_of(refusal.hook):
+            return summary
     return None
 
 
@@ -121,9 +129,65 @@ def record_refusal(cls: type, summary: str) -> None:
     _TALLY[(cls.__qualname__, summary)] += 1
 
 
+def record_attempt(cls: type) -> None:
+    """Count an instance of ``cls`` that ``structs()`` tries to build in the running test."""
+    _ATTEMPTS[cls.__qualname__] += 1
+
+
 def reset_refusals() -> None:
-    """Forget the refusals counted so far (a new test starts)."""
+    """Forget the draws and refusals counted so far (a new test starts)."""
     _TALLY.clear()
+    _ATTEMPTS.clear()
+
+
+def _reasons(name: str, top: int) -> list[tuple[str, int]]:
+    return [(why, n) for (cls, why), n in _TALLY.most_common() if cls == name][:top]
+
+
+def refusal_report(top: int = 3) -> str | None:
+    """Name each class that refused over :data:`REPORTED_SHARE` of its draws, or ``None``.
+
+    Example:
+        >>> reset_refusals()
+        >>> class Cfg:
+        ...     pass
+        >>> for n in range(20):
+        ...     record_attempt(Cfg)
+        ...     if n % 4 == 0:
+        ...         record_refusal(Cfg, "Cfg: Cfg.__post_init__ raised ValidationError: n == 1")
+        >>> print(refusal_report())  # doctest: +NORMALIZE_WHITESPACE
+        jaxstruct.testing: structs() discarded a large share of the draws its classes refused
+        (over 10%; each discarded draw is an instance the test never saw):
+          Cfg refused 5 of 20 draws (25%), most often
+            5x Cfg: Cfg.__post_init__ raised ValidationError: n == 1
+        Fix the check if it refuses valid values; else draw valid values (an override,
+        bounds on the field) so that fewer are thrown away.
+        >>> reset_refusals()
+    """
+    per_class: Counter[str] = Counter()
+    for (name, _), count in _TALLY.items():
+        per_class[name] += count
+    lines = []
+    for name, refused in per_class.most_common():
+        tried = max(_ATTEMPTS[name], refused)
+        if refused <= REPORTED_SHARE * tried:
+            continue
+        lines.append(
+            f"  {name} refused {refused} of {tried} draws ({refused / tried:.0%}), most often"
+        )
+        lines += [f"    {n}x {why}" for why, n in _reasons(name, top)]
+    if not lines:
+        return None
+    return "\n".join(
+        [
+            "jaxstruct.testing: structs() discarded a large share of the draws its classes "
+            f"refused\n(over {REPORTED_SHARE:.0%}; each discarded draw is an instance the test "
+            "never saw):",
+            *lines,
+            "Fix the check if it refuses valid values; else draw valid values (an override,\n"
+            "bounds on the field) so that fewer are thrown away.",
+        ]
+    )
 
 
 def health_note(top: int = 3) -> str | None:
@@ -147,7 +211,7 @@ def health_note(top: int = 3) -> str | None:
         per_class[name] += count
     lines = []
     for name, total in per_class.most_common(top):
-        reasons = [(why, n) for (cls, why), n in _TALLY.most_common() if cls == name][:top]
+        reasons = _reasons(name, top)
         lines.append(f"{name} {total} times, most often")
         lines += [f"  {n}x {why}" for why, n in reasons]
     return "jaxstruct.testing: structs() discarded draws its classes refused: " + "\n".join(lines)

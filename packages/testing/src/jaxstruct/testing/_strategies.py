@@ -29,11 +29,13 @@ from ._arrays import (
     is_key_array,
     key_impl_of,
     key_request,
+    merge_requests,
+    numpy_scalars,
 )
 from ._constraints import annotated_bounds, converter_input, narrowed
 from ._options import DrawOptions
-from ._plan import Plan, split_sizes
-from ._refusals import describe_refusal, record_refusal
+from ._plan import Plan, bindings_inside, split_sizes
+from ._refusals import describe_refusal, record_attempt, record_refusal
 from ._shown import Shown
 
 __all__ = ["hashable_values", "nested_structs", "structs", "value_strategy"]
@@ -127,6 +129,9 @@ def value_strategy(
         return arrays_for(_real(request) if real else request, sizes)
     if annotation in _SCALARS:
         return _SCALARS[annotation]()
+    scalars = numpy_scalars(annotation)
+    if scalars is not None:
+        return scalars
     if isinstance(annotation, type):
         if js.is_struct(annotation) or (
             issubclass(annotation, js.Struct) and is_abstract_class(annotation)
@@ -134,6 +139,8 @@ def value_strategy(
             return st.deferred(lambda: _nested(annotation))
         if issubclass(annotation, enum.Enum):
             return st.sampled_from(list(annotation))
+        if issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+            return _named_tuples(annotation, kind, sizes, real)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
@@ -144,10 +151,17 @@ def value_strategy(
     if origin is typing.Literal:
         return st.sampled_from(args)
     if origin is typing.Union or origin is types.UnionType:
+        requests = [r for r in map(array_request, args) if r is not None]
         # jaxtyping's PRNGKeyArray also admits raw uint32 key data: draw typed keys.
-        keys = [r for r in map(array_request, args) if r is not None and r.kind == "key"]
+        keys = [r for r in requests if r.kind == "key"]
         if keys:
             return arrays_for(keys[0], sizes)
+        if requests:
+            # An array annotation written as a union (chex.Array, jax.typing.ArrayLike,
+            # np.ndarray | np.number): arrays of its array members, None if it allows it.
+            merged = merge_requests(requests)
+            drawn = arrays_for(_real(merged) if real else merged, sizes)
+            return st.none() | drawn if type(None) in args else drawn
         parts = [value_strategy(a, kind=kind, sizes=sizes, real=real) for a in args]
         if any(p is None for p in parts):
             return None
@@ -160,6 +174,27 @@ def value_strategy(
         except (InvalidArgument, TypeError):  # pragma: no cover - defensive
             return None
     return None
+
+
+def _named_tuples(
+    cls: type, kind: FieldKind, sizes: dict[str, Any], real: bool
+) -> st.SearchStrategy[Any]:
+    """Instances of a namedtuple class (optax's states), each field drawn from its annotation.
+
+    Hypothesis' own ``from_type`` resolves the annotations, and fails on the
+    forward references libraries leave in them (optax's ``ArrayTree``); each
+    field is drawn here from what can be read, the rest as a node's default.
+    """
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable forward references: the annotations as written
+        hints = dict(getattr(cls, "__annotations__", {}))
+    fields: tuple[str, ...] = getattr(cls, "_fields", ())
+    parts: list[st.SearchStrategy[Any]] = []
+    for name in fields:
+        found = value_strategy(hints.get(name), kind=kind, sizes=sizes, real=real)
+        parts.append(_default_for(kind, sizes) if found is None else found)
+    return st.tuples(*parts).map(lambda values: cls(*values))
 
 
 def _container(
@@ -275,11 +310,10 @@ def _field_strategy(
             found = _converter_leaves(sizes)
         else:
             found = _default_for(spec.kind, sizes)
-    static = spec.kind is FieldKind.STATIC
-    if static and not converted:
-        found = found.filter(_is_hashable)
-    # With a converter, it is the converted value that must be hashable.
-    return narrowed(spec, found, accepts, hashable=static and converted)
+    # Static values must be hashable (with a converter: the converted value). The
+    # check comes after the validators' bounds: a filter in front of the drawn
+    # numbers would keep Hypothesis from reading ``0 <= p < 1`` as bounds.
+    return narrowed(spec, found, accepts, hashable=spec.kind is FieldKind.STATIC)
 
 
 def structs(
@@ -288,18 +322,23 @@ def structs(
     """Return a strategy of valid instances of the struct class ``cls``.
 
     Field values come from the annotations: arrays (NumPy or JAX, dtypes and
-    shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations, typed
-    PRNG keys for ``Key[Array, ...]``), nested structs (through
-    ``st.from_type``, so registered strategies are used), containers, scalars,
-    enums and literals; static fields only get hashable values; fields with a
-    default sometimes keep it. Values are made valid field by field where the
-    declaration allows: bounds in ``Annotated`` metadata, comparisons in
-    one-argument validators (read by Hypothesis' filter rewriting), a
-    converter's annotated input type, and no complex arrays for converters.
+    shapes from ``np.ndarray``, ``jax.Array`` or jaxtyping annotations, or
+    unions with an array member such as ``chex.Array`` and
+    ``jax.typing.ArrayLike``; typed PRNG keys for ``Key[Array, ...]``),
+    nested structs (through ``st.from_type``, so registered strategies are
+    used; they share the named sizes of the instance), namedtuples (optax's
+    states), containers, scalars, NumPy scalars, enums and literals; static
+    fields only get hashable values; fields with a default sometimes keep it.
+    Values are made valid field by field where the declaration allows:
+    bounds in ``Annotated`` metadata, comparisons in one-argument validators
+    (read by Hypothesis' filter rewriting), a converter's annotated input
+    type, and no complex arrays for converters.
     Construction then runs converters and validators as usual. A draw the
     class refuses on purpose (a ``ValidationError``, or a ``ValueError`` or
     ``AssertionError`` raised by a validator or ``__check_init__``) is
-    discarded; any other exception fails the test. An abstract class (abstract
+    discarded; any other exception fails the test. Under pytest, a class that
+    refuses over 10% of its draws in a test is reported at its end
+    (``RefusalWarning``). An abstract class (abstract
     methods or vars, or ``abstract=True``) draws from its concrete subclasses.
 
     Args:
@@ -308,8 +347,10 @@ def structs(
             int, a few ints (``(2, 5)``: few shapes, so ``jit`` compiles reused),
             a ``range``, a strategy of ints, or a mapping from size names to
             those. A mapping value that is a string binds the size to an int
-            field (``{"chains": "n_chains"}``): the field is drawn first and
-            every ``chains`` dimension takes its value. Nested structs inherit it.
+            field (``{"chains": "n_chains"}``), or to an int field of a nested
+            struct field by its path (``{"d": "config.d_model"}``): the field is
+            drawn first and every ``chains`` dimension takes its value. Nested
+            structs inherit it.
             (So a field named ``sizes`` or ``dtypes`` takes no override by keyword.)
         dtypes: the dtypes to draw (names or NumPy dtypes), among those each
             annotation allows. Nested structs inherit it.
@@ -327,7 +368,8 @@ def structs(
             strategy nor a function of other fields (or they depend on each
             other in a cycle); an override or a size binding names no
             constructor field (of any concrete subclass, for an abstract
-            ``cls``); or a static field's annotation admits no hashable value.
+            ``cls``); a static field's annotation admits no hashable value; or
+            no value can be drawn for a field's annotation.
 
     Example:
         >>> import numpy as np
@@ -389,13 +431,35 @@ def _structs(
             f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field the "
             f"constructor takes; overridable fields are {sorted(settable)}"
         )
-    plan = Plan(cls, settable, overrides, bindings, strict=strict)
     hints = _hints(cls)
+    inside = {
+        name: _bound_inside(cls, name, hints.get(name), binds, sizes=sizes, dtypes=dtypes)
+        for name, binds in bindings_inside(bindings, settable).items()
+        if name not in overrides
+    }
+    extra = _Extra(options, _Nesting(sizes, dtypes), inside)
+    plan = Plan(cls, settable, overrides, bindings, strict=strict, extra=extra)
     for name, spec in settable.items():
         if name not in overrides:
-            _check_hashable_possible(cls, spec, hints.get(name, spec.type))
-    plan.extra = (options, _Nesting(sizes, dtypes))
+            annotation = hints.get(name, spec.type)
+            _check_hashable_possible(cls, spec, annotation)
+            _check_drawable(cls, spec, annotation, options)
     return instances(plan)
+
+
+def _bound_inside(
+    cls: type, name: str, annotation: Any, binds: dict[str, str], *, sizes: Any, dtypes: Any
+) -> st.SearchStrategy[Any]:
+    """The strategy of a nested struct field some of whose int fields bind named sizes."""
+    if not (isinstance(annotation, type) and issubclass(annotation, js.Struct)):
+        paths = ", ".join(f"{size!r}: '{name}.{path}'" for size, path in binds.items())
+        raise TypeError(
+            f"structs({cls.__qualname__}): sizes={{{paths}}} binds a size to a field inside "
+            f"{name!r}, which is annotated {_type_name(annotation)}, not a struct class; bind "
+            "sizes to int fields of nested struct fields, or of the class itself"
+        )
+    rest = {k: v for k, v in sizes.items() if not isinstance(v, str)}
+    return _structs(annotation, {**rest, **binds}, dtypes, {}, strict=True)
 
 
 def _settable(cls: type) -> dict[str, FieldSpec]:
@@ -424,6 +488,19 @@ def _check_hashable_possible(cls: type, spec: FieldSpec, annotation: Any) -> Non
             "hashable type (tuple[int, ...] instead of list[int], frozenset instead of set), "
             f"give it a converter (converter=tuple), or pass structs(..., {spec.name}=...)"
         )
+
+
+def _check_drawable(cls: type, spec: FieldSpec, annotation: Any, options: DrawOptions) -> None:
+    """Refuse, now, a field whose annotation no value can be drawn for (not at draw time)."""
+    try:
+        _field_strategy(cls, spec, annotation, SizeTable(options)).validate()
+    except Exception as err:  # Hypothesis' and NumPy's errors alike: ours names the field
+        raise TypeError(
+            f"structs({cls.__qualname__}): cannot draw values for field {spec.name!r} annotated "
+            f"{_type_name(annotation)} ({type(err).__name__}: {err}); annotate it with a type "
+            f"Hypothesis can draw, register a strategy for it (st.register_type_strategy), "
+            f"or pass structs(..., {spec.name}=...)"
+        ) from None
 
 
 def _type_name(annotation: Any) -> str:
@@ -460,11 +537,38 @@ class _Nesting:
         return found
 
 
+class _Extra:
+    """What a draw needs besides the plan: options, nesting, strategies of size-binding fields."""
+
+    __slots__ = ("inside", "nesting", "options")
+
+    def __init__(
+        self, options: DrawOptions, nesting: _Nesting, inside: dict[str, st.SearchStrategy[Any]]
+    ) -> None:
+        self.options = options
+        self.nesting = nesting
+        self.inside = inside
+
+
 #: The options of the instance being drawn, for nested fields resolved through st.from_type.
 _NESTING: contextvars.ContextVar[_Nesting | None] = contextvars.ContextVar(
     "jaxstruct_testing_nesting", default=None
 )
 _PLAIN = _Nesting(None, None)
+#: The named sizes of the instance being drawn, which nested structs share.
+_SIZES: contextvars.ContextVar[SizeTable | None] = contextvars.ContextVar(
+    "jaxstruct_testing_sizes", default=None
+)
+
+
+def _bind_paths(value: Any, paths: Mapping[str, str], sizes: dict[str, Any]) -> None:
+    """Bind named sizes to the ints found at ``paths`` inside an override's drawn ``value``."""
+    for size, path in paths.items():
+        found = value
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if isinstance(found, int) and not isinstance(found, bool):
+            sizes.setdefault(size, found)
 
 
 @st.composite
@@ -491,13 +595,17 @@ def _dependency_value(values: Mapping[str, Any], spec: FieldSpec) -> Any:
 @st.composite
 def instances(draw: Callable[..., Any], plan: Plan) -> Any:
     """Draw one instance as ``plan`` says (what ``structs()`` returns)."""
-    options, nesting = plan.extra
+    extra: _Extra = plan.extra
+    options = extra.options
     cls = plan.cls
     hints = _hints(cls)
-    sizes = SizeTable(options)
-    values: dict[str, Any] = {}
     top = _NESTING.get() is None
-    token = _NESTING.set(nesting)
+    # Named sizes are shared with the nested structs drawn from annotations.
+    shared = None if top else _SIZES.get()
+    sizes = shared if shared is not None else SizeTable(options)
+    values: dict[str, Any] = {}
+    token = _NESTING.set(extra.nesting)
+    sizes_token = _SIZES.set(sizes)
     try:
         for name in plan.order:
             spec = plan.settable[name]
@@ -514,9 +622,21 @@ def instances(draw: Callable[..., Any], plan: Plan) -> Any:
                             f"structs({cls.__qualname__}, {name}=...): the override returned "
                             f"{type(override).__name__} {override!r}, expected a strategy"
                         )
-                value = values[name] = draw(override)
+                # An override's own structs() draw their own sizes.
+                inner = _SIZES.set(None)
+                try:
+                    value = values[name] = draw(override)
+                finally:
+                    _SIZES.reset(inner)
+                _bind_paths(value, plan.bound_inside.get(name, {}), sizes)
+            elif name in extra.inside:
+                values[name] = draw(extra.inside[name])
+                continue
             elif name in plan.bound:
-                value = values[name] = draw(narrowed(spec, options.size(plan.bound[name]), int))
+                size = plan.bound[name]
+                # A size an enclosing struct already drew is this field's value.
+                drawn = st.just(sizes[size]) if size in sizes else options.size(size)
+                value = values[name] = draw(narrowed(spec, drawn, int))
             elif spec.has_default and draw(st.booleans()):
                 continue
             else:
@@ -529,11 +649,12 @@ def instances(draw: Callable[..., Any], plan: Plan) -> Any:
             if isinstance(shape, tuple):
                 bind_sizes(_array_dims(annotation), shape, sizes)
     finally:
+        _SIZES.reset(sizes_token)
         _NESTING.reset(token)
-    layout = cls.__struct_layout__
+    record_attempt(cls)
     try:
         # A hand-written __init__ has its own signature: build from field values.
-        instance = js.build(cls, values) if layout.user_init else cls(**values)
+        instance = js.build(cls, values) if js.has_custom_init(cls) else cls(**values)
     except Exception as err:
         why = describe_refusal(cls, err)
         if why is None:
