@@ -85,3 +85,41 @@ def test_load_with_a_redefined_class_says_so(tmp_path: Path) -> None:
     with pytest.raises(SerializationError, match="another definition than this algo_nb:State"):
         old.load(path)
     assert type(old.load(path, load_cls=old)) is old
+
+
+def test_a_custom_parent_init_of_the_same_name_is_named_by_module() -> None:
+    """A struct named like the plain class whose custom __init__ it would replace names
+    that parent by module ("the __init__ inherited from base_algo:State")."""
+    base = _module(
+        "base_algo", "class State:\n    def __init__(self, mean):\n        self.mean = mean\n"
+    )
+    sub = types.ModuleType("algo_sub")
+    sub.__dict__.update(js=js, base=base)
+    with pytest.raises(js.StructDefinitionError, match=r"inherited from base_algo:State is custom"):
+        exec("class State(base.State, js.Struct):\n    mean: object\n", sub.__dict__)
+
+
+def test_a_deserializer_returning_a_same_named_class_is_named_by_module(tmp_path: Path) -> None:
+    """A foreign class's deserializer returning another class of the same name says which
+    is which."""
+    import jaxstruct.io as jio
+
+    mods = [types.ModuleType(name) for name in ("lib_a", "lib_b")]
+    for mod in mods:
+        exec("class Box:\n    def __init__(self, v):\n        self.v = v\n", mod.__dict__)
+    a, b = (mod.Box for mod in mods)
+    import sys
+
+    sys.modules.update({"lib_a": mods[0], "lib_b": mods[1]})
+    try:
+        reg.register_pytree_type(
+            a,
+            flatten=lambda box: ((box.v,), None),
+            unflatten=lambda _, children: b(*children),
+        )
+        jio.export({"box": a(jnp.zeros(2))}, tmp_path / "ckpt")
+        with pytest.raises(SerializationError, match=r"returned lib_b:Box, not lib_a:Box"):
+            jio.load(tmp_path / "ckpt", allow_imports=["lib_a"])
+    finally:
+        sys.modules.pop("lib_a", None)
+        sys.modules.pop("lib_b", None)

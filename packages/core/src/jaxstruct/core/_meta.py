@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-from jaxstruct.registry import PytreeSpec, add_spec
+from jaxstruct.registry import PytreeSpec, add_spec, name_classes
 from typing_extensions import dataclass_transform
 
 from ._codegen import cooperative_init, lazy_init, lazy_unflatten
@@ -534,9 +534,10 @@ def _first_init(cls: type) -> tuple[type, Any]:
 def _check_parent_init(cls: type, qual: str, overwrite: bool, klass: type, init: Any) -> None:
     if overwrite or init is object.__init__ or getattr(init, "_jaxstruct_generated", False):
         return
+    parent = name_classes(cls, klass)[1]
     raise _fail(
         qual,
-        f"the __init__ inherited from {klass.__qualname__} is custom and a generated one would "
+        f"the __init__ inherited from {parent} is custom and a generated one would "
         "silently replace it; define __init__ in this class, pass init=False to keep the "
         "inherited one, or pass overwrite_parent_init=True to replace it deliberately",
     )

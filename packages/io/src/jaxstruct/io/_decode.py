@@ -21,6 +21,7 @@ from jaxstruct.registry import (
     class_ref,
     is_registered_pytree_type,
     lookup_class,
+    name_classes,
     resolve_class,
     resolve_pytree_spec,
 )
@@ -699,9 +700,8 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     else:
         value = spec.unflatten(payload, children)
     if not isinstance(value, cls):
-        raise _NodeError(
-            f"the deserializer of {ref!r} returned {type(value).__name__}, not {cls.__qualname__}"
-        )
+        got, wanted = name_classes(type(value), cls)
+        raise _NodeError(f"the deserializer of {ref!r} returned {got}, not {wanted}")
     return value, kids
 
 
