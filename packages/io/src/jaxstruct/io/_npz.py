@@ -210,7 +210,10 @@ class NpzCheckpoint(OpenedCheckpoint):
             raise SerializationError(
                 f"{self.where}: member {name!r}: CRC mismatch: the data is corrupt"
             )
-        arr = np.frombuffer(raw, stored, math.prod(shape), len(header)).reshape(shape).copy()
+        # Copied into an aligned buffer, as every array a load returns (JAX adopts it).
+        buf = aligned_empty(nbytes)
+        buf[:] = np.frombuffer(raw, np.uint8, nbytes, len(header))
+        arr = buf.view(stored).reshape(shape)
         return arr.view(dtype) if stored != dtype else arr
 
     def read_one(
@@ -250,7 +253,9 @@ class NpzCheckpoint(OpenedCheckpoint):
             # Each piece lands in its own part of buf, so its CRC can be computed
             # on another thread while the next one is read.
             step = _READ_CHUNK
-            if reader.check_in_background() and nbytes >= 64 * _READ_CHUNK:
+            if reader.pieced:  # one read: its pieces are inflated on every core at once
+                step = nbytes
+            elif reader.check_in_background() and nbytes >= 64 * _READ_CHUNK:
                 step = 8 * _READ_CHUNK
             for pos in range(0, nbytes, step):
                 reader.readinto(view[pos : pos + step])
@@ -284,12 +289,16 @@ class NpzCheckpoint(OpenedCheckpoint):
             if norm not in placed:
                 placed[norm] = _Placed(norm, stored)
         tiles = _row_tiling(list(placed.values()), shape)
-        if entry.method == 0 and tiles is not None:
+        if (entry.method == 0 or reader.pieced) and tiles is not None:
             # Each part is a run of whole rows and together they are the member, in
-            # order: read straight into the devices' buffers, the CRC checked as usual.
+            # order: read straight into the devices' buffers, the CRC checked as usual
+            # (a part's pieces inflated on every core at once).
             reader.check_in_background()
             for part in tiles:
                 view = memoryview(part.array.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+                if reader.pieced:
+                    reader.readinto(view)
+                    continue
                 for pos in range(0, view.nbytes, _READ_CHUNK):
                     reader.readinto(view[pos : pos + _READ_CHUNK])
             reader.finish(checks)
@@ -297,12 +306,18 @@ class NpzCheckpoint(OpenedCheckpoint):
             row = math.prod(shape[1:]) * stored.itemsize
             rows_per = max(1, _SLAB // max(row, 1))
             slab_buf = np.empty(rows_per * row, np.uint8)
+            parts = list(placed.values())
             for s0 in range(0, shape[0], rows_per):
                 s1 = min(shape[0], s0 + rows_per)
+                if not any(_overlaps(part, s0, s1) for part in parts):
+                    # No device here needs these rows: a member deflated in pieces
+                    # skips the pieces that hold only them (others are read and checked).
+                    reader.skip((s1 - s0) * row)
+                    continue
                 view = memoryview(slab_buf)[: (s1 - s0) * row]  # pyright: ignore[reportArgumentType]
                 reader.readinto(view)
                 slab = slab_buf[: (s1 - s0) * row].view(stored).reshape((s1 - s0, *shape[1:]))
-                _scatter(slab, s0, s1, list(placed.values()))
+                _scatter(slab, s0, s1, parts)
             reader.finish()
         arrays = []
         for device, index in indices.items():
@@ -327,6 +342,11 @@ def _row_tiling(parts: list[_Placed], shape: tuple[int, ...]) -> list[_Placed] |
             return None
         at = r1
     return ordered if at == shape[0] else None
+
+
+def _overlaps(part: _Placed, s0: int, s1: int) -> bool:
+    a, b = _rows_needed(part.index)
+    return max(a, s0) < min(b, s1)
 
 
 def _drain(reader: _zip.MemberReader, n: int) -> None:
@@ -425,7 +445,8 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
                     slab[where] = host[s0 - r0 : s1 - r0]
                 yield memoryview(slab.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
 
-    return _zip.Member(name, len(header) + nbytes, chunks)
+    # Every buffer chunks() yields is a fresh array (a shard's host copy or a new slab).
+    return _zip.Member(name, len(header) + nbytes, chunks, stable=True)
 
 
 def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
