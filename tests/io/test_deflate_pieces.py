@@ -73,7 +73,8 @@ def test_big_deflated_member_is_written_in_pieces_numpy_reads(pieced: Path) -> N
     found = _pieces.find_block(_central_extra(archive, "a0.npy")[1])
     assert found is not None and found[0]
     table = _pieces.parse_table(found[0], *_sizes(archive, "a0.npy"), fail=SerializationError)
-    assert table.count == 4
+    # the .npy header is a piece of its own; the array's 3.6 MB take four more
+    assert table.count == 5 and table.first == 128
     with zipfile.ZipFile(archive) as zf:
         assert zf.testzip() is None
     with np.load(archive, allow_pickle=False) as npz:
@@ -131,13 +132,13 @@ def test_flipped_byte_in_a_piece_fails_naming_the_member(pieced: Path, where: fl
     assert any("'a0.npy'" in problem for problem in verify(pieced))
 
 
-@pytest.mark.parametrize("field", ["count", "length", "crc", "log2"])
+@pytest.mark.parametrize("field", ["count", "first", "length", "crc", "log2"])
 def test_flipped_byte_in_the_piece_table_fails_naming_the_member(pieced: Path, field: str) -> None:
     """The recorded pieces must match the member's sizes and CRC, or the load fails."""
     archive = pieced / "arrays.npz"
     start, extra = _central_extra(archive, "a0.npy")
     at = extra.index(struct.pack("<H", _pieces.EXTRA_ID)) + 4  # the block's body
-    at += {"log2": 1, "count": 2, "length": 6 + 8 + 1, "crc": 6 + 8 + 4 + 2}[field]
+    at += {"log2": 1, "count": 2, "first": 6, "length": 10 + 8 + 1, "crc": 10 + 8 + 4 + 2}[field]
     _flip(archive, start + at)
     with pytest.raises(SerializationError, match=r"'a0\.npy'.*piece table"):
         jio.load(pieced)
@@ -202,7 +203,7 @@ def test_skipping_rows_inflates_only_the_pieces_needed(
         reader.finish()
     finally:
         ck.close()
-    assert calls == [3]
+    assert calls == [4]  # the last piece alone (the header is piece 0)
     assert got == _data().tobytes()[-tail:]
 
 
@@ -255,5 +256,33 @@ def test_piece_size_keeps_the_table_small() -> None:
     big = _pieces.PIECE * _pieces.MAX_PIECES + 1
     assert _pieces.piece_size(big) == 2 * _pieces.PIECE
     assert -(-(1 << 40) // _pieces.piece_size(1 << 40)) <= _pieces.MAX_PIECES
-    table = _pieces.encode_table(_pieces.PIECE, [1] * _pieces.MAX_PIECES, [0] * _pieces.MAX_PIECES)
+    table = _pieces.encode_table(
+        _pieces.PIECE, 1, [1] * _pieces.MAX_PIECES, [0] * _pieces.MAX_PIECES
+    )
     assert len(table) + 28 < 0xFFFF  # with a ZIP64 block beside it
+
+
+def test_load_inflates_members_while_it_reads_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain load hands each member's pieces to the pool and goes on to the next member;
+    a corrupt piece of the first member still fails the load, naming it."""
+    waits: list[bool] = []
+    inflate_into = _pieces.inflate_into
+
+    def spy(*args: Any, wait: bool = True) -> Any:
+        waits.append(wait)
+        return inflate_into(*args, wait=wait)
+
+    monkeypatch.setattr(_pieces, "inflate_into", spy)
+    data = {"a": _data(1), "b": _data(2)}
+    path = jio.export(data, tmp_path / "ck", compression="deflate")
+    back = jio.load(path)
+    np.testing.assert_array_equal(back["a"], data["a"])
+    np.testing.assert_array_equal(back["b"], data["b"])
+    assert waits == [False, False]
+    archive = path / "arrays.npz"
+    start, csize = _member_data_offset(archive, "a0.npy")
+    _flip(archive, start + csize // 2)
+    with pytest.raises(SerializationError, match=r"'a0\.npy'"):
+        jio.load(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
@@ -157,9 +158,17 @@ class NpzCheckpoint(OpenedCheckpoint):
         # The CRCs of big members are checked at the end: they are computed on the
         # CRC threads while the next members are read, never waited for in between.
         checks: list[Callable[[], None]] = []
-        for key in keys:
-            placement = None if wanted is None else wanted[key]
-            out[key] = self.read_one(key, table[key], placement, checks)
+        try:
+            for key in keys:
+                placement = None if wanted is None else wanted[key]
+                out[key] = self.read_one(key, table[key], placement, checks)
+        except BaseException:
+            # Work still running for earlier members (pieces being inflated into
+            # their buffers) ends before the error reaches the caller.
+            for check in checks:
+                with contextlib.suppress(SerializationError):
+                    check()
+            raise
         for check in checks:
             check()
         return out
@@ -257,8 +266,11 @@ class NpzCheckpoint(OpenedCheckpoint):
                 step = nbytes
             elif reader.check_in_background() and nbytes >= 64 * _READ_CHUNK:
                 step = 8 * _READ_CHUNK
+            # A member deflated in pieces is inflated on the pool while the next
+            # members are read; ``checks`` waits for it before the load returns.
+            later = checks if reader.pieced and placement is None else None
             for pos in range(0, nbytes, step):
-                reader.readinto(view[pos : pos + step])
+                reader.readinto(view[pos : pos + step], later)
             arr = buf.view(stored).reshape(shape, order=order)
         reader.finish(checks)
         arr = arr.view(dtype) if stored != dtype else arr

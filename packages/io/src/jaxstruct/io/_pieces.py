@@ -37,7 +37,8 @@ MAX_PIECES = 4096
 # blocks they do not know (APPNOTE 4.5.2); this one ("jx") is registered to no one.
 EXTRA_ID = 0x786A
 _VERSION = 1
-_HEAD = struct.Struct("<BBI")  # version, log2 of the piece size, number of pieces
+# version, log2 of the piece size, number of pieces, decoded bytes of the first piece
+_HEAD = struct.Struct("<BBII")
 _ENTRY = struct.Struct("<II")  # compressed length, CRC-32 of the decoded piece
 
 Chunk = bytes | bytearray | memoryview
@@ -73,9 +74,14 @@ def deflate_piece(
     return crc, data, crc32(data)
 
 
-def encode_table(piece: int, lengths: Sequence[int], crcs: Sequence[int]) -> bytes:
-    """The extra field block that records a pieced member's pieces."""
-    body = _HEAD.pack(_VERSION, piece.bit_length() - 1, len(lengths)) + b"".join(
+def encode_table(piece: int, first: int, lengths: Sequence[int], crcs: Sequence[int]) -> bytes:
+    """The extra field block that records a pieced member's pieces.
+
+    ``first`` is the decoded size of the first piece (a ``.npy`` header is a piece
+    of its own, so that the array's bytes start a piece); every later piece holds
+    ``piece`` bytes but the last. ``lengths`` are the compressed sizes.
+    """
+    body = _HEAD.pack(_VERSION, piece.bit_length() - 1, len(lengths), first) + b"".join(
         _ENTRY.pack(n, c) for n, c in zip(lengths, crcs, strict=True)
     )
     return struct.pack("<HH", EXTRA_ID, len(body)) + body
@@ -103,7 +109,8 @@ def find_block(extra: bytes) -> tuple[bytes, bool] | None:
 class Table:
     """The pieces of one member: decoded size of each, compressed offsets, CRCs."""
 
-    piece: int  # decoded bytes of every piece but the last
+    piece: int  # decoded bytes of every piece but the first and the last
+    first: int  # decoded bytes of the first piece
     size: int  # decoded bytes of the member
     starts: tuple[int, ...]  # compressed offset of each piece in the member, then the end
     crcs: tuple[int, ...]
@@ -114,7 +121,9 @@ class Table:
 
     def length(self, i: int) -> int:
         """Decoded bytes of piece ``i``."""
-        return min(self.piece, self.size - i * self.piece)
+        if i == 0:
+            return self.first
+        return min(self.piece, self.size - self.first - (i - 1) * self.piece)
 
 
 def parse_table(
@@ -124,12 +133,18 @@ def parse_table(
     problem = "its piece table is corrupt (it does not match the member's sizes and CRC)"
     if len(body) < _HEAD.size:
         raise fail(problem)
-    version, log2, count = _HEAD.unpack_from(body)
+    version, log2, count, first = _HEAD.unpack_from(body)
     if version != _VERSION:
         raise fail(f"its piece table has version {version}; this jaxstruct reads {_VERSION}")
     piece = 1 << log2 if log2 < 63 else 0
-    if len(body) != _HEAD.size + count * _ENTRY.size or piece < PIECE or count != -(-size // piece):
+    if (
+        len(body) != _HEAD.size + count * _ENTRY.size
+        or piece < PIECE
+        or not 0 < first <= min(piece, size - 1)
+        or count != 1 + -(-(size - first) // piece)
+    ):
         raise fail(problem)
+    shape = Table(piece, first, size, (), ())
     starts = [0]
     crcs: list[int] = []
     combined = 0
@@ -137,10 +152,10 @@ def parse_table(
         n, c = _ENTRY.unpack_from(body, _HEAD.size + i * _ENTRY.size)
         starts.append(starts[-1] + n)
         crcs.append(c)
-        combined = crc32_combine(combined, c, min(piece, size - i * piece))
+        combined = crc32_combine(combined, c, shape.length(i))
     if starts[-1] != csize or combined != crc:
         raise fail(problem)
-    return Table(piece, size, tuple(starts), tuple(crcs))
+    return Table(piece, first, size, tuple(starts), tuple(crcs))
 
 
 def inflate_piece(source: Chunk, table: Table, i: int, fail: Callable[[str], Exception]) -> bytes:
@@ -172,13 +187,17 @@ def inflate_into(
     first: int,
     dest: memoryview,
     fail: Callable[[str], Exception],
-) -> None:
+    *,
+    wait: bool = True,
+) -> Callable[[], None] | None:
     """Inflate pieces ``first``, ``first + 1``, ... into ``dest`` (a byte view they fill).
 
     ``read(offset, n)`` returns ``n`` compressed bytes at ``offset`` in the member.
     The pool's threads and this one take pieces in turn; this returns once every
     piece is in place and none of those threads still touches ``dest``, and raises
-    the first error met (the others stop at their next piece).
+    the first error met (the others stop at their next piece). With ``wait=False``
+    it returns at once, the pool at work, and gives the function that does the
+    waiting (this thread then takes the pieces no thread has started).
     """
     bounds: list[tuple[int, int]] = []  # (piece, offset in dest)
     at = 0
@@ -217,14 +236,20 @@ def inflate_into(
                     state["busy"] -= 1
                     idle.notify_all()
 
-    if len(bounds) > 1:
-        for _ in range(min(WORKERS, len(bounds) - 1)):
-            submit(pool, run)
-    run()
-    # Helpers that never started find no piece left; only those still working are waited for,
-    # so a read made on a pool thread cannot wait on its own queue.
-    with idle:
-        while state["busy"]:
-            idle.wait()
-    if state["error"] is not None:
-        raise state["error"]
+    def finish() -> None:
+        run()
+        # Helpers that never started find no piece left; only those still working are
+        # waited for, so a read made on a pool thread cannot wait on its own queue.
+        with idle:
+            while state["busy"]:
+                idle.wait()
+        if state["error"] is not None:
+            raise state["error"]
+
+    helpers = len(bounds) if not wait else len(bounds) - 1
+    for _ in range(min(WORKERS, helpers)):
+        submit(pool, run)
+    if not wait:
+        return finish
+    finish()
+    return None

@@ -137,13 +137,21 @@ def _crc_of(chunks: Iterable[Chunk]) -> int:
 def _split(member: Member, piece: int) -> Iterator[tuple[list[Chunk], int]]:
     """The member's content cut into pieces of ``piece`` bytes: (segments, length) each.
 
-    Segments are views of the member's own buffers when they stay valid (in-memory
-    parts, stable chunks), else copies made before the next chunk is asked for.
+    A first chunk shorter than a piece (a ``.npy`` header) is a piece of its own,
+    so that the array's bytes start a piece: a load inflates every piece of the
+    array straight into its buffer. Segments are views of the member's own buffers
+    when they stay valid (in-memory parts, stable chunks), else copies made before
+    the next chunk is asked for.
     """
     if member.size == 0:
         yield [], 0
         return
-    source = member.parts if member.parts is not None else member.chunks()
+    source: Iterator[Chunk] = iter(member.parts if member.parts is not None else member.chunks())
+    head = next(source, b"")
+    if 0 < len(head) < piece < member.size:
+        yield [head if member.stable else bytes(head)], len(head)
+    else:
+        source = itertools.chain([head], source)
     if member.stable:
         segments: list[Chunk] = []
         have = 0
@@ -255,7 +263,7 @@ def _start(member: Member, compression: str, run: Run) -> _Job:
         table = b""
         if len(results) > 1:
             table = _pieces.encode_table(
-                piece, [len(r[1]) for r in results], [r[0] for r in results]
+                piece, lengths[0], [len(r[1]) for r in results], [r[0] for r in results]
             )
         payload = [r[1] for r in results]
         return _Prepared(crc, size, _DEFLATED, payload, csize, payload_crc, table)
@@ -879,7 +887,7 @@ class MemberReader:
             self._read_compressed(start, end - start), table, i, self._fail
         )
 
-    def _readinto_pieces(self, view: memoryview) -> None:
+    def _readinto_pieces(self, view: memoryview, later: list[Callable[[], None]] | None) -> None:
         table = self._table
         assert table is not None
         n = view.nbytes
@@ -893,23 +901,38 @@ class MemberReader:
         while last < table.count and whole + table.length(last) <= n:
             whole += table.length(last)
             last += 1
-        if last > self._piece:
-            _pieces.inflate_into(
-                self._read_compressed, table, self._piece, view[done:whole], self._fail
+        wait = later is None or whole < n
+        if last == self._piece + 1 and wait:  # one piece (a .npy header): on this thread
+            view[done:whole] = self._inflate_piece()
+        elif last > self._piece:
+            waiter = _pieces.inflate_into(
+                self._read_compressed,
+                table,
+                self._piece,
+                view[done:whole],
+                self._fail,
+                wait=wait,
             )
+            if waiter is not None and later is not None:
+                later.append(waiter)
             self._piece = last
         if whole < n:  # the start of the next piece; the rest of it waits in _pending
             out = self._inflate_piece()
             view[whole:] = out[: n - whole]
             self._pending = memoryview(out)[n - whole :]
 
-    def readinto(self, view: memoryview) -> None:
-        """Fill ``view`` (a byte view) with the next decoded bytes."""
+    def readinto(self, view: memoryview, later: list[Callable[[], None]] | None = None) -> None:
+        """Fill ``view`` (a byte view) with the next decoded bytes.
+
+        With ``later``, a member deflated in pieces may return before ``view`` is
+        filled: its pieces are inflated on the pool, and the callable appended to
+        ``later`` waits for them (and raises their error).
+        """
         n = view.nbytes
         if self._produced + n > self._entry.size:
             raise self._fail("holds fewer bytes than its contents need")
         if self._table is not None:
-            self._readinto_pieces(view)
+            self._readinto_pieces(view, later)
         elif self._whole is not None:
             start = self._pos - self._entry.data_offset
             if start + n > len(self._whole):
