@@ -41,9 +41,21 @@ Targets (issue 13):
   ``--zip-rounds`` pairs, half run in each order: the run that comes second in a
   pair is often slowed by the first, whichever it is).
 
-Every load runs warm and on pre-touched memory (see ``_warm`` and
-``_prefault``): on this virtual machine both page-cache reclaim and the first
-touch of fresh memory otherwise moved single loads by up to 3x.
+Section ``bf16`` (issue 35): 256 MiB of random-normal bfloat16 weights in 64
+arrays, as models keep them (deflate shrinks them to about 78%):
+
+* with the defaults, load <= 1.3x its limit and export <= 1.6x its limit, as
+  for float32;
+* a ``compression="deflate"`` checkpoint loads in <= 0.85x the time one core
+  takes to inflate its members with zlib-ng (one after another, into fresh
+  buffers, the compressed bytes already in memory); its load against the
+  same checkpoint stored is reported (the issue's target, 1.5x, is for a
+  16-core machine), and so is the deflate export against write + fsync.
+
+Every load reads files in the page cache (``_warm``: this machine's kernel
+reclaims page cache on its own) into memory the fresh process never touched,
+for ours and the limit alike, as a user's load meets it: page faults are part
+of both sides' time.
 
 ``--check`` exits with status 1 when a target is missed.
 """

@@ -286,3 +286,15 @@ def test_load_inflates_members_while_it_reads_the_next(
     _flip(archive, start + csize // 2)
     with pytest.raises(SerializationError, match=r"'a0\.npy'"):
         jio.load(path)
+
+
+def test_select_reads_only_the_chosen_pieced_member(tmp_path: Path) -> None:
+    """select= of one array reads that member's pieces, and a corrupt other member is not read."""
+    data = {"a": _data(1), "b": _data(2)}
+    path = jio.export(data, tmp_path / "ck", compression="deflate")
+    archive = path / "arrays.npz"
+    start, csize = _member_data_offset(archive, "a0.npy")
+    _flip(archive, start + csize // 2)
+    np.testing.assert_array_equal(jio.load(path, select=lambda v: v["b"]), data["b"])
+    with pytest.raises(SerializationError, match=r"'a0\.npy'"):
+        jio.load(path, select=lambda v: v["a"])
