@@ -158,6 +158,23 @@ def parse_table(
     return Table(piece, first, size, tuple(starts), tuple(crcs))
 
 
+_local = threading.local()
+
+
+def scratch(n: int) -> memoryview:
+    """A buffer of ``n`` bytes owned by this thread, valid until its next call here.
+
+    Up to ``2 * PIECE`` bytes are kept for the thread's next call (the compressed
+    pieces of members up to 4 GiB); a bigger one is made for this call alone.
+    """
+    if n > 2 * PIECE:
+        return memoryview(bytearray(n))
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(2 * PIECE)
+    return memoryview(buf)[:n]
+
+
 def inflate_piece(source: Chunk, table: Table, i: int, fail: Callable[[str], Exception]) -> bytes:
     """Inflate piece ``i`` from its compressed bytes and check its length and CRC."""
     want = table.length(i)

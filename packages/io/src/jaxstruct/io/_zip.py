@@ -870,10 +870,12 @@ class MemberReader:
         """``n`` bytes of the member's compressed data at ``offset`` in it."""
         if self._compressed is not None:
             return self._compressed[offset : offset + n]
-        data = os.pread(self._fd, n, self._entry.data_offset + offset)
-        if len(data) != n:
+        # Into this thread's scratch buffer, reused piece after piece (each piece is
+        # inflated before the thread reads the next): no fresh memory per piece.
+        view = _pieces.scratch(n)
+        if os.preadv(self._fd, [view], self._entry.data_offset + offset) != n:
             raise self._fail("file ended early")
-        return data
+        return view
 
     def _inflate_piece(self) -> bytes:
         table = self._table
