@@ -41,9 +41,21 @@ Targets (issue 13):
   ``--zip-rounds`` pairs, half run in each order: the run that comes second in a
   pair is often slowed by the first, whichever it is).
 
-Every load runs warm and on pre-touched memory (see ``_warm`` and
-``_prefault``): on this virtual machine both page-cache reclaim and the first
-touch of fresh memory otherwise moved single loads by up to 3x.
+Section ``bf16`` (issue 35): 256 MiB of random-normal bfloat16 weights in 64
+arrays, as models keep them (deflate shrinks them to about 78%):
+
+* with the defaults, load <= 1.3x its limit and export <= 1.6x its limit, as
+  for float32;
+* a ``compression="deflate"`` checkpoint loads in <= 0.85x the time one core
+  takes to inflate its members with zlib-ng (one after another, into fresh
+  buffers, the compressed bytes already in memory); its load against the
+  same checkpoint stored is reported (the issue's target, 1.5x, is for a
+  16-core machine), and so is the deflate export against write + fsync.
+
+Every load reads files in the page cache (``_warm``: this machine's kernel
+reclaims page cache on its own) into memory the fresh process never touched,
+for ours and the limit alike, as a user's load meets it: page faults are part
+of both sides' time.
 
 ``--check`` exits with status 1 when a target is missed.
 """
@@ -77,15 +89,22 @@ HERE = Path(__file__).resolve()
 # --------------------------------------------------------------------------- child side
 
 
-def _arrays(sizes: list[int], seed: int = 0) -> dict[str, Any]:
+def _arrays(sizes: list[int], seed: int = 0, dtype: str = "float32") -> dict[str, Any]:
+    """Random-normal arrays of ``sizes`` elements, as trained weights look."""
     import jax
+    import ml_dtypes
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    kind = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
     return {
-        f"w{i}": jax.device_put(rng.standard_normal(n, dtype=np.float32))
+        f"w{i}": jax.device_put(rng.standard_normal(n, dtype=np.float32).astype(kind))
         for i, n in enumerate(sizes)
     }
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else 4
 
 
 def _measure(op: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
@@ -116,22 +135,6 @@ def _measure(op: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
     cycles = gc.collect()
     gc.enable()
     return {"seconds": elapsed, "peak": peak, "left": left, "cycles": cycles}
-
-
-def _prefault(nbytes: int) -> None:
-    """Touch and free ``nbytes`` of fresh memory before a measurement.
-
-    On this virtual machine the first touch of memory in a fresh process
-    sometimes costs ten times the usual (256 MiB: 0.025 s, and up to 0.34 s
-    in one run of six): the host backs the guest's pages lazily. That cost
-    belongs to neither format nor to the limit, and alone it moved single
-    loads by 3x. Memory freed here is reused by the load that follows.
-    """
-    import numpy as np
-
-    buf = np.empty(nbytes, np.uint8)
-    buf[::4096] = 1
-    del buf
 
 
 def _warm(path: Path) -> int:
@@ -253,18 +256,44 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     kind = job["kind"]
     path = Path(job["path"])
     sizes: list[int] = job.get("sizes", [])
+    dtype: str = job.get("dtype", "float32")
+    item = _itemsize(dtype)
+    compression: str = job.get("compression", "auto")
 
     if kind == "prepare":  # write the checkpoint(s) and the raw file the limits read
-        data = _arrays(sizes)
+        data = _arrays(sizes, dtype=dtype)
         for target in job["targets"]:
-            jio.export(data, target, overwrite=True)
+            jio.export(data, target, overwrite=True, compression=compression)
         with open(path, "wb") as f:
             for arr in data.values():
-                f.write(np.asarray(arr).data)
+                f.write(np.asarray(arr).view(np.uint8).data)
         return {}
 
-    if kind in ("load", "load-limit"):
-        _prefault(_warm(path) * 5 // 4)
+    # Loads read warm files into memory this fresh process never touched: as a user's
+    # load meets it, page faults included, for both sides alike.
+    if kind in ("load", "load-limit", "inflate"):
+        _warm(path)
+
+    if kind == "inflate":  # one core inflating every member of arrays.npz, one after another
+        import zipfile
+
+        from zlib_ng import zlib_ng
+
+        npz = path / "arrays.npz"
+        blobs = []
+        with zipfile.ZipFile(npz) as archive, open(npz, "rb") as handle:
+            for info in archive.infolist():
+                handle.seek(info.header_offset + 26)
+                skip = int.from_bytes(handle.read(2), "little") + int.from_bytes(
+                    handle.read(2), "little"
+                )
+                handle.seek(info.header_offset + 30 + skip)
+                blobs.append((handle.read(info.compress_size), info.file_size))
+
+        def inflate() -> Any:
+            return [zlib_ng.decompress(blob, -15, size) for blob, size in blobs]
+
+        return _measure(inflate)
 
     if kind == "load":
 
@@ -276,6 +305,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         return _measure(op)
 
     if kind == "load-limit":
+        kind_of = np.uint16 if item == 2 else np.float32
 
         def op() -> Any:
             out = {}
@@ -283,13 +313,13 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
             try:
                 pos = 0
                 for i, n in enumerate(sizes):
-                    buf = aligned(4 * n)
+                    buf = aligned(item * n)
                     view = memoryview(buf)  # pyright: ignore[reportArgumentType]
                     done = 0
                     while done < len(view):
                         done += os.preadv(fd, [view[done:]], pos + done)
-                    pos += 4 * n
-                    out[f"w{i}"] = jax.device_put(buf.view(np.float32), jax.devices()[0])
+                    pos += item * n
+                    out[f"w{i}"] = jax.device_put(buf.view(kind_of), jax.devices()[0])
             finally:
                 os.close(fd)
             jax.block_until_ready(out)
@@ -298,15 +328,15 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         return _measure(op)
 
     if kind in ("export", "export-limit"):
-        data = _arrays(sizes, seed=1)
+        data = _arrays(sizes, seed=1, dtype=dtype)
         jax.block_until_ready(data)
         if kind == "export":
-            return _measure(lambda: jio.export(data, path))
+            return _measure(lambda: jio.export(data, path, compression=compression))
 
         def raw() -> None:
             with open(path, "wb", buffering=0) as f:
                 for arr in data.values():
-                    f.write(np.asarray(arr).data)
+                    f.write(np.asarray(arr).view(np.uint8).data)
                 os.fsync(f.fileno())
 
         return _measure(raw)
@@ -419,7 +449,7 @@ def _clear(*paths: Path) -> None:
 class Row:
     """One reported comparison: our figure, the limit's, and the per-round ratios."""
 
-    def __init__(self, name: str, unit: str, target: float, note: str = "") -> None:
+    def __init__(self, name: str, unit: str, target: float | None, note: str = "") -> None:
         self.name, self.unit, self.target, self.note = name, unit, target, note
         self.ours: list[float] = []
         self.limit: list[float] = []
@@ -436,15 +466,16 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.ratio <= self.target
+        return self.target is None or self.ratio <= self.target
 
     def line(self) -> str:
         spread = f"{min(self.ratios):.2f}-{max(self.ratios):.2f}"
+        target = "(none here)" if self.target is None else f"<= {self.target:.2f}"
+        result = "info" if self.target is None else "pass" if self.ok else "FAIL"
         return (
             f"| {self.name} | {statistics.median(self.ours):.3f} {self.unit} | "
             f"{statistics.median(self.limit):.3f} {self.unit} | {self.ratio:.2f} ({spread}) | "
-            f"<= {self.target:.2f} | {'pass' if self.ok else 'FAIL'} |"
-            + (f" {self.note}" if self.note else "")
+            f"{target} | {result} |" + (f" {self.note}" if self.note else "")
         )
 
 
@@ -461,10 +492,14 @@ def _paired(
     return results
 
 
-def _load_rows(label: str, sizes: list[int], root: Path, rounds: int) -> list[Row]:
-    nbytes = 4 * sum(sizes)
+def _load_rows(
+    label: str, sizes: list[int], root: Path, rounds: int, dtype: str = "float32"
+) -> list[Row]:
+    nbytes = _itemsize(dtype) * sum(sizes)
     ck, raw = root / f"{label}-ck", root / f"{label}.raw"
-    _run({"kind": "prepare", "path": str(raw), "sizes": sizes, "targets": [str(ck)]})
+    _run(
+        {"kind": "prepare", "path": str(raw), "sizes": sizes, "targets": [str(ck)], "dtype": dtype}
+    )
     t_row = Row(f"load {label}: time / aligned read + device_put", "s", 1.3)
     m_row = Row(f"load {label}: peak memory / data", "GiB", 1.15)
     l_row = Row(f"load {label}: resident after del, without Python's gc / data", "GiB", 0.05)
@@ -472,7 +507,7 @@ def _load_rows(label: str, sizes: list[int], root: Path, rounds: int) -> list[Ro
     cycles = 0
     for ours, limit in _paired(
         {"kind": "load", "path": str(ck)},
-        {"kind": "load-limit", "path": str(raw), "sizes": sizes},
+        {"kind": "load-limit", "path": str(raw), "sizes": sizes, "dtype": dtype},
         rounds,
         lambda: None,
     ):
@@ -519,7 +554,76 @@ def _zip_rows(sizes: list[int], root: Path, rounds: int) -> list[Row]:
     return [export_row, load_row]
 
 
-_SECTIONS = ("load", "export", "zip", "small")
+def _bf16_rows(sizes: list[int], root: Path, rounds: int) -> list[Row]:
+    """bf16 random-normal weights: the default's load and export, and a deflated checkpoint."""
+    rows = _load_rows("256 MiB bf16 / 64 arrays (auto)", sizes, root, rounds, "bfloat16")
+    out = root / "bf16-out"
+    export = Row("export 256 MiB bf16 (auto): time / write + fsync", "s", 1.6)
+    for ours, limit in _paired(
+        {"kind": "export", "path": str(out), "sizes": sizes, "dtype": "bfloat16"},
+        {"kind": "export-limit", "path": str(out), "sizes": sizes, "dtype": "bfloat16"},
+        rounds,
+        lambda: _clear(out),
+    ):
+        export.add(ours["seconds"], limit["seconds"])
+    rows.append(export)
+    d_export = Row("export 256 MiB bf16 (deflate): time / write + fsync", "s", None)
+    for ours, limit in _paired(
+        {
+            "kind": "export",
+            "path": str(out),
+            "sizes": sizes,
+            "dtype": "bfloat16",
+            "compression": "deflate",
+        },
+        {"kind": "export-limit", "path": str(out), "sizes": sizes, "dtype": "bfloat16"},
+        rounds,
+        lambda: _clear(out),
+    ):
+        d_export.add(ours["seconds"], limit["seconds"])
+    rows.append(d_export)
+    _clear(out)
+    deflated, stored, raw = root / "bf16-deflate", root / "bf16-none", root / "bf16.raw"
+    for ck, compression in ((deflated, "deflate"), (stored, "none")):
+        _run(
+            {
+                "kind": "prepare",
+                "path": str(raw),
+                "sizes": sizes,
+                "targets": [str(ck)],
+                "dtype": "bfloat16",
+                "compression": compression,
+            }
+        )
+    one_core = Row(
+        f"load 256 MiB bf16 (deflate): time / one core inflating it ({os.cpu_count()} cores)",
+        "s",
+        0.85,
+    )
+    for ours, limit in _paired(
+        {"kind": "load", "path": str(deflated)},
+        {"kind": "inflate", "path": str(deflated)},
+        rounds,
+        lambda: None,
+    ):
+        one_core.add(ours["seconds"], limit["seconds"])
+    rows.append(one_core)
+    # The target of issue 35 (1.5x) is for a 16-core machine; on 2 cores inflating
+    # cannot keep up with a read from the page cache.
+    vs_stored = Row("load 256 MiB bf16: deflate / none (target 1.5 on 16 cores)", "s", None)
+    for ours, limit in _paired(
+        {"kind": "load", "path": str(deflated)},
+        {"kind": "load", "path": str(stored)},
+        rounds,
+        lambda: None,
+    ):
+        vs_stored.add(ours["seconds"], limit["seconds"])
+    rows.append(vs_stored)
+    _clear(deflated, stored, raw)
+    return rows
+
+
+_SECTIONS = ("load", "export", "zip", "small", "bf16")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,6 +671,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench_io] load, one {args.big_gib:g} GiB array", file=sys.stderr, flush=True)
             big = [int(args.big_gib * (1 << 30)) // 4]
             rows += _load_rows(f"{args.big_gib:g} GiB / 1 array", big, root, args.big_rounds)
+
+        if "bf16" in only:
+            print("[bench_io] bf16 weights", file=sys.stderr, flush=True)
+            rows += _bf16_rows([TOTAL // N_ARRAYS // 2] * N_ARRAYS, root, args.rounds)
 
         if "export" in only:
             print("[bench_io] export", file=sys.stderr, flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
@@ -155,9 +156,17 @@ class NpzCheckpoint(OpenedCheckpoint):
         # The CRCs of big members are checked at the end: they are computed on the
         # CRC threads while the next members are read, never waited for in between.
         checks: list[Callable[[], None]] = []
-        for key in keys:
-            placement = None if wanted is None else wanted[key]
-            out[key] = self.read_one(key, table[key], placement, checks)
+        try:
+            for key in keys:
+                placement = None if wanted is None else wanted[key]
+                out[key] = self.read_one(key, table[key], placement, checks)
+        except BaseException:
+            # Work still running for earlier members (pieces being inflated into
+            # their buffers) ends before the error reaches the caller.
+            for check in checks:
+                with contextlib.suppress(SerializationError):
+                    check()
+            raise
         for check in checks:
             check()
         return out
@@ -208,7 +217,10 @@ class NpzCheckpoint(OpenedCheckpoint):
             raise SerializationError(
                 f"{self.where}: member {name!r}: CRC mismatch: the data is corrupt"
             )
-        arr = np.frombuffer(raw, stored, math.prod(shape), len(header)).reshape(shape).copy()
+        # Copied into an aligned buffer, as every array a load returns (JAX adopts it).
+        buf = aligned_empty(nbytes)
+        buf[:] = np.frombuffer(raw, np.uint8, nbytes, len(header))
+        arr = buf.view(stored).reshape(shape)
         return arr.view(dtype) if stored != dtype else arr
 
     def read_one(
@@ -248,10 +260,15 @@ class NpzCheckpoint(OpenedCheckpoint):
             # Each piece lands in its own part of buf, so its CRC can be computed
             # on another thread while the next one is read.
             step = _READ_CHUNK
-            if reader.check_in_background() and nbytes >= 64 * _READ_CHUNK:
+            if reader.pieced:  # one read: its pieces are inflated on every core at once
+                step = nbytes
+            elif reader.check_in_background() and nbytes >= 64 * _READ_CHUNK:
                 step = 8 * _READ_CHUNK
+            # A member deflated in pieces is inflated on the pool while the next
+            # members are read; ``checks`` waits for it before the load returns.
+            later = checks if reader.pieced and placement is None else None
             for pos in range(0, nbytes, step):
-                reader.readinto(view[pos : pos + step])
+                reader.readinto(view[pos : pos + step], later)
             arr = buf.view(stored).reshape(shape, order=order)
         reader.finish(checks)
         arr = arr.view(dtype) if stored != dtype else arr
@@ -282,12 +299,16 @@ class NpzCheckpoint(OpenedCheckpoint):
             if norm not in placed:
                 placed[norm] = _Placed(norm, stored)
         tiles = _row_tiling(list(placed.values()), shape)
-        if entry.method == 0 and tiles is not None:
+        if (entry.method == 0 or reader.pieced) and tiles is not None:
             # Each part is a run of whole rows and together they are the member, in
-            # order: read straight into the devices' buffers, the CRC checked as usual.
+            # order: read straight into the devices' buffers, the CRC checked as usual
+            # (a part's pieces inflated on every core at once).
             reader.check_in_background()
             for part in tiles:
                 view = memoryview(part.array.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+                if reader.pieced:
+                    reader.readinto(view)
+                    continue
                 for pos in range(0, view.nbytes, _READ_CHUNK):
                     reader.readinto(view[pos : pos + _READ_CHUNK])
             reader.finish(checks)
@@ -295,12 +316,18 @@ class NpzCheckpoint(OpenedCheckpoint):
             row = math.prod(shape[1:]) * stored.itemsize
             rows_per = max(1, _SLAB // max(row, 1))
             slab_buf = np.empty(rows_per * row, np.uint8)
+            parts = list(placed.values())
             for s0 in range(0, shape[0], rows_per):
                 s1 = min(shape[0], s0 + rows_per)
+                if not any(_overlaps(part, s0, s1) for part in parts):
+                    # No device here needs these rows: a member deflated in pieces
+                    # skips the pieces that hold only them (others are read and checked).
+                    reader.skip((s1 - s0) * row)
+                    continue
                 view = memoryview(slab_buf)[: (s1 - s0) * row]  # pyright: ignore[reportArgumentType]
                 reader.readinto(view)
                 slab = slab_buf[: (s1 - s0) * row].view(stored).reshape((s1 - s0, *shape[1:]))
-                _scatter(slab, s0, s1, list(placed.values()))
+                _scatter(slab, s0, s1, parts)
             reader.finish()
         arrays = []
         for device, index in indices.items():
@@ -325,6 +352,11 @@ def _row_tiling(parts: list[_Placed], shape: tuple[int, ...]) -> list[_Placed] |
             return None
         at = r1
     return ordered if at == shape[0] else None
+
+
+def _overlaps(part: _Placed, s0: int, s1: int) -> bool:
+    a, b = _rows_needed(part.index)
+    return max(a, s0) < min(b, s1)
 
 
 def _drain(reader: _zip.MemberReader, n: int) -> None:
@@ -423,7 +455,8 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
                     slab[where] = host[s0 - r0 : s1 - r0]
                 yield memoryview(slab.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
 
-    return _zip.Member(name, len(header) + nbytes, chunks)
+    # Every buffer chunks() yields is a fresh array (a shard's host copy or a new slab).
+    return _zip.Member(name, len(header) + nbytes, chunks, stable=True)
 
 
 def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:

@@ -9,20 +9,26 @@ import itertools
 import os
 import struct
 import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, NamedTuple
 
 from jaxstruct.registry import SerializationError
+from zlib_ng import zlib_ng
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
+from . import _pieces
 from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool, submit
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
 _DOS_DATE = (1 << 5) | 1  # 1980-01-01: fixed timestamps make exports reproducible.
 _SAMPLE = 8 * 1024
-_AUTO_RATIO = 0.85
+# compression="auto" deflates a member only when its sample shrinks to at most this
+# fraction. A stored member loads at the speed of the disk or the page cache (GB/s);
+# inflating runs at a few hundred MB/s per core, so only a large saving pays for it:
+# masks, zeros and integer tables shrink to a few percent, while float weights
+# (bf16 to about 0.78 with the fastest settings, float32 to 0.95) are stored.
+_AUTO_RATIO = 0.5
 _CHUNK = 4 << 20
 
 # Below this many bytes in all, members are prepared on the calling thread:
@@ -43,18 +49,28 @@ Chunk = bytes | memoryview
 
 @dataclasses.dataclass
 class Member:
-    """One member to write: its name, its size and its content as chunks."""
+    """One member to write: its name, its size and its content as chunks.
+
+    ``chunks()`` may be called more than once (a sample of the first bytes, the
+    CRC or the compression, then the writing of a stored member), and must give
+    the same bytes each time. Unless ``stable``, a buffer it yields may be reused
+    by it once the next one is asked for, so it is copied (or used up) before that;
+    with ``stable``, every buffer stays valid while referenced (fresh arrays).
+    """
 
     name: str
     size: int
     chunks: Callable[[], Iterable[Chunk]]
     text: bool = False  # JSON: compress with the default strategy.
     parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
+    stable: bool = False  # the buffers chunks() yields are never reused
 
     @classmethod
     def of(cls, name: str, parts: Sequence[Chunk], *, text: bool = False) -> Member:
         """A member made of ``parts`` already in memory."""
-        return cls(name, sum(len(p) for p in parts), lambda: parts, text=text, parts=parts)
+        return cls(
+            name, sum(len(p) for p in parts), lambda: parts, text=text, parts=parts, stable=True
+        )
 
 
 @dataclasses.dataclass
@@ -65,6 +81,7 @@ class _Prepared:
     payload: Sequence[Chunk] | None  # None: stream the content again (stored members)
     csize: int
     payload_crc: int  # of the bytes written to the archive (= crc when stored)
+    table: bytes = b""  # the central directory's extra block of a pieced member
 
 
 def _sample(parts: Sequence[Chunk]) -> bytes:
@@ -78,33 +95,24 @@ def _sample(parts: Sequence[Chunk]) -> bytes:
     return b"".join(bytes(data[i : i + _SAMPLE]) for i in (0, (n - _SAMPLE) // 2, n - _SAMPLE))
 
 
-def _deflate_all(chunks: Iterable[Chunk], strategy: int, level: int) -> tuple[int, list[bytes]]:
-    """Return the CRC of ``chunks`` and their raw DEFLATE stream, in one pass."""
-    comp = zlib.compressobj(level, zlib.DEFLATED, -15, 8, strategy)
-    out: list[bytes] = []
-    crc = 0
-    for part in chunks:
-        for i in range(0, len(part), _CHUNK):
-            piece = part[i : i + _CHUNK]
-            crc = crc32(piece, crc)
-            out.append(comp.compress(piece))
-    out.append(comp.flush())
-    return crc, [c for c in out if c]
+def _deflated_size(sample: bytes, strategy: int) -> int:
+    comp = zlib_ng.compressobj(1, zlib_ng.DEFLATED, -15, 8, strategy)
+    return len(comp.compress(sample)) + len(comp.flush())
 
 
 def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
     """Pick a DEFLATE strategy from a sample, or ``None`` to store (``auto`` only)."""
     if text:
-        return zlib.Z_DEFAULT_STRATEGY
+        return zlib_ng.Z_DEFAULT_STRATEGY
     if not sample:
-        return None if auto else zlib.Z_RLE
+        return None if auto else zlib_ng.Z_RLE
     # Z_RLE is several times faster than the default on float data and shrinks
     # it just as much; the default strategy wins on smooth integer data.
-    rle = sum(len(c) for c in _deflate_all([sample], zlib.Z_RLE, 1)[1])
+    rle = _deflated_size(sample, zlib_ng.Z_RLE)
     if auto and rle > _AUTO_RATIO * len(sample):
         return None
-    default = sum(len(c) for c in _deflate_all([sample], zlib.Z_DEFAULT_STRATEGY, 1)[1])
-    return zlib.Z_DEFAULT_STRATEGY if default < 0.8 * rle else zlib.Z_RLE
+    default = _deflated_size(sample, zlib_ng.Z_DEFAULT_STRATEGY)
+    return zlib_ng.Z_DEFAULT_STRATEGY if default < 0.8 * rle else zlib_ng.Z_RLE
 
 
 def _first_sample(member: Member) -> bytes:
@@ -126,20 +134,145 @@ def _crc_of(chunks: Iterable[Chunk]) -> int:
     return crc
 
 
-def _prepare(member: Member, compression: str) -> _Prepared:
+def _split(member: Member, piece: int) -> Iterator[tuple[list[Chunk], int]]:
+    """The member's content cut into pieces of ``piece`` bytes: (segments, length) each.
+
+    A first chunk shorter than a piece (a ``.npy`` header) is a piece of its own,
+    so that the array's bytes start a piece: a load inflates every piece of the
+    array straight into its buffer. Segments are views of the member's own buffers
+    when they stay valid (in-memory parts, stable chunks), else copies made before
+    the next chunk is asked for.
+    """
+    if member.size == 0:
+        yield [], 0
+        return
+    source: Iterator[Chunk] = iter(member.parts if member.parts is not None else member.chunks())
+    head = next(source, b"")
+    if 0 < len(head) < piece < member.size:
+        yield [head if member.stable else bytes(head)], len(head)
+    else:
+        source = itertools.chain([head], source)
+    if member.stable:
+        segments: list[Chunk] = []
+        have = 0
+        for chunk in source:
+            view = memoryview(chunk).cast("B")
+            while view.nbytes:
+                take = min(view.nbytes, piece - have)
+                segments.append(view[:take])
+                view = view[take:]
+                have += take
+                if have == piece:
+                    yield segments, have
+                    segments, have = [], 0
+        if have:
+            yield segments, have
+        return
+    buffer = memoryview(bytearray(piece))
+    have = 0
+    for chunk in source:
+        view = memoryview(chunk).cast("B")
+        while view.nbytes:
+            take = min(view.nbytes, piece - have)
+            buffer[have : have + take] = view[:take]
+            view = view[take:]
+            have += take
+            if have == piece:
+                yield [buffer], have
+                buffer, have = memoryview(bytearray(piece)), 0
+    if have:
+        yield [buffer[:have]], have
+
+
+Run = Callable[..., "concurrent.futures.Future[Any]"]
+
+
+def _now(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    """Run ``fn(*args)`` on this thread, as a finished future."""
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    done.set_result(fn(*args))
+    return done
+
+
+def _pooled(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    return submit(pool, fn, *args)
+
+
+class _Job:
+    """A member being prepared: its futures, and how to make its :class:`_Prepared`."""
+
+    def __init__(
+        self,
+        futures: list[concurrent.futures.Future[Any]],
+        finish: Callable[[list[Any]], _Prepared],
+    ) -> None:
+        self.futures, self._finish = futures, finish
+
+    def result(self) -> _Prepared:
+        return self._finish([f.result() for f in self.futures])
+
+    def cancel(self) -> None:
+        for future in self.futures:
+            future.cancel()
+
+
+def _start(member: Member, compression: str, run: Run) -> _Job:
+    """Start preparing ``member``: its CRC, and its pieces deflated unless it is stored."""
     strategy = None
     tiny = compression == "auto" and member.size < _TINY and not member.text
     if compression != "none" and member.size and not tiny:
         strategy = _choose_strategy(_first_sample(member), member.text, compression == "auto")
-    if strategy is not None:
-        level = 6 if member.text else 1
-        crc, chunks = _deflate_all(member.chunks(), strategy, level)
-        csize = sum(len(c) for c in chunks)
-        if compression == "deflate" or csize < member.size:
-            return _Prepared(crc, member.size, _DEFLATED, chunks, csize, _crc_of(chunks))
-    else:
-        crc = _crc_of(member.chunks())
-    return _Prepared(crc, member.size, _STORED, None, member.size, crc)
+    size = member.size
+    piece = _pieces.piece_size(size)
+    if strategy is None:
+        if member.parts is None and not member.stable:
+            futures = [run(_crc_of, member.chunks())]
+            lengths = [size]
+        else:
+            pieces = list(_split(member, piece))
+            futures = [run(_crc_of, segments) for segments, _ in pieces]
+            lengths = [n for _, n in pieces]
+
+        def stored(crcs: list[int]) -> _Prepared:
+            crc = 0
+            for c, n in zip(crcs, lengths, strict=True):
+                crc = crc32_combine(crc, c, n)
+            return _Prepared(crc, size, _STORED, None, size, crc)
+
+        return _Job(futures, stored)
+    level = 6 if member.text else 1
+    futures, lengths = [], []
+    done = 0
+    for segments, n in _split(member, piece):
+        done += n
+        lengths.append(n)
+        futures.append(run(_pieces.deflate_piece, segments, strategy, level, done >= size))
+    if done != size:
+        raise SerializationError(
+            f"member {member.name!r}: its content gave {done} bytes, not the {size} announced"
+        )
+
+    def deflated(results: list[tuple[int, bytes, int]]) -> _Prepared:
+        crc = payload_crc = csize = 0
+        for (c, data, dc), n in zip(results, lengths, strict=True):
+            crc = crc32_combine(crc, c, n)
+            payload_crc = crc32_combine(payload_crc, dc, len(data))
+            csize += len(data)
+        if compression != "deflate" and csize >= size:
+            return _Prepared(crc, size, _STORED, None, size, crc)
+        table = b""
+        if len(results) > 1:
+            table = _pieces.encode_table(
+                piece, lengths[0], [len(r[1]) for r in results], [r[0] for r in results]
+            )
+        payload = [r[1] for r in results]
+        return _Prepared(crc, size, _DEFLATED, payload, csize, payload_crc, table)
+
+    return _Job(futures, deflated)
+
+
+def _prepare(member: Member, compression: str) -> _Prepared:
+    return _start(member, compression, _now).result()
 
 
 def _local_header(name: bytes, prep: _Prepared, zip64: bool) -> bytes:
@@ -178,6 +311,7 @@ def _central_entry(name: bytes, prep: _Prepared, offset: int, zip64: bool) -> by
         fields.append(offset)
         off = _ZIP64_LIMIT
     extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
+    extra += prep.table
     needed = 45 if fields else 20
     return (
         struct.pack(
@@ -365,26 +499,31 @@ def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:
 
 
 def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Member, _Prepared]]:
-    """Yield each member with its CRC and payload, in order."""
+    """Yield each member with its CRC and payload, in order.
+
+    Members of at least ``_INLINE`` bytes are cut into pieces that the pool
+    compresses (or checksums) while earlier members are written; up to
+    ``2 * WORKERS`` of them are started ahead of the one being written.
+    """
     heavy = [i for i, m in enumerate(members) if m.size >= _INLINE]
     total = sum(members[i].size for i in heavy)
-    if len(heavy) <= 1 or WORKERS == 1 or total < _PARALLEL_BYTES:
+    if not heavy or WORKERS == 1 or total < _PARALLEL_BYTES:
         for m in members:
             yield m, _prepare(m, compression)
         return
     window = 2 * WORKERS
-    futures: dict[int, concurrent.futures.Future[_Prepared]] = {}
-    ahead = 0  # next position in ``heavy`` to submit
+    jobs: dict[int, _Job] = {}
+    ahead = 0  # next position in ``heavy`` to start
     try:
         for i, m in enumerate(members):
-            while ahead < len(heavy) and len(futures) < window:
-                futures[heavy[ahead]] = submit(pool, _prepare, members[heavy[ahead]], compression)
+            while ahead < len(heavy) and len(jobs) < window:
+                jobs[heavy[ahead]] = _start(members[heavy[ahead]], compression, _pooled)
                 ahead += 1
-            future = futures.pop(i, None)
-            yield m, (future.result() if future is not None else _prepare(m, compression))
+            job = jobs.pop(i, None)
+            yield m, (job.result() if job is not None else _prepare(m, compression))
     finally:
-        for future in futures.values():
-            future.cancel()
+        for job in jobs.values():
+            job.cancel()
 
 
 def write_outer(
@@ -439,6 +578,7 @@ class Entry(NamedTuple):
     size: int
     method: int
     crc: int
+    pieces: bytes = b""  # the piece table of a member deflated in pieces (see _pieces)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,8 +599,9 @@ class ZipIndex:
         return memoryview(self.data)[start : start + size]
 
 
-# (name, flag bits, method, compressed size, size, local header offset, CRC) per member.
-_Record = tuple[str, int, int, int, int, int, int]
+# (name, flag bits, method, compressed size, size, local header offset, CRC, piece
+# table) per member.
+_Record = tuple[str, int, int, int, int, int, int, bytes]
 _EOCD = struct.Struct("<IHHHHIIH")
 _SIMPLE_MAX = 0xFFFF  # a count or size with all bits set defers to ZIP64 records
 _ZIP_VERSION = 63  # the newest "version needed to extract" zipfile reads
@@ -496,21 +637,26 @@ def _simple_records(read: Any, file_size: int) -> list[_Record] | None:
         name_len, extra_len, comment_len, offset = fields[10], fields[11], fields[12], fields[16]
         if (
             sig != 0x02014B50
-            or extra_len
             or (needed & 0xFF) > _ZIP_VERSION
             or 0xFFFFFFFF in (csize, size, offset)
         ):
             return None
         pos += _CENTRAL.size
         raw = bytes(central[pos : pos + name_len])
-        pos += name_len + comment_len
+        table = b""
+        if extra_len:  # only a piece table is read here; ZIP64 and the rest go to zipfile
+            found = _pieces.find_block(central[pos + name_len : pos + name_len + extra_len])
+            if found is None or found[1] or pos + name_len + extra_len > cd_size:
+                return None
+            table = found[0]
+        pos += name_len + extra_len + comment_len
         try:
             name = raw.decode("utf-8" if flags & 0x800 else "cp437")
         except UnicodeDecodeError:
             return None
         if "\0" in name or "\\" in name or pos > cd_size:
             return None
-        records.append((name, flags, method, csize, size, offset, crc))
+        records.append((name, flags, method, csize, size, offset, crc, table))
     return records if len(records) == count else None
 
 
@@ -524,18 +670,22 @@ def _zipfile_records(fd: int, file_size: int, base: int, where: str) -> list[_Re
         raise SerializationError(
             f"{where}: not a readable zip archive ({type(err).__name__}: {err})"
         ) from None
-    return [
-        (
-            info.filename,
-            info.flag_bits,
-            info.compress_type,
-            info.compress_size,
-            info.file_size,
-            info.header_offset,
-            info.CRC,
+    records: list[_Record] = []
+    for info in infos:
+        found = _pieces.find_block(info.extra)
+        records.append(
+            (
+                info.filename,
+                info.flag_bits,
+                info.compress_type,
+                info.compress_size,
+                info.file_size,
+                info.header_offset,
+                info.CRC,
+                found[0] if found is not None else b"",
+            )
         )
-        for info in infos
-    ]
+    return records
 
 
 class _Window(io.RawIOBase):
@@ -589,7 +739,7 @@ def read_index(
         records = _zipfile_records(fd, file_size, base, where)
     entries: dict[str, Entry] = {}
     spans: list[tuple[int, int, str]] = []
-    for name, flags, method, csize, size, header_offset, crc in records:
+    for name, flags, method, csize, size, header_offset, crc, table in records:
         if name in entries:
             raise SerializationError(f"{where}: archive holds member {name!r} twice")
         if flags & 0x1:
@@ -628,7 +778,9 @@ def read_index(
         if end > file_size:
             raise SerializationError(f"{where}: member {name!r} runs past the end of the file")
         spans.append((header_offset, end, name))
-        entries[name] = Entry(name, base + data_offset, csize, size, method, crc)
+        if table and method != _DEFLATED:
+            raise SerializationError(f"{where}: member {name!r} is stored but has a piece table")
+        entries[name] = Entry(name, base + data_offset, csize, size, method, crc, table)
     spans.sort()
     for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         if start < end:
@@ -647,8 +799,16 @@ class MemberReader:
         self._end = entry.data_offset + entry.csize
         self._produced = 0
         self._crc = 0
-        self._pending = b""
-        self._inflater = zlib.decompressobj(-15) if entry.method == _DEFLATED else None
+        self._pending: bytes | memoryview = b""
+        self._inflater = zlib_ng.decompressobj(-15) if entry.method == _DEFLATED else None
+        # A member deflated in pieces: they are inflated on every core, each checked
+        # against its own CRC (the table's CRCs combine into the member's).
+        self._table: _pieces.Table | None = None
+        self._piece = 0  # the next piece not yet inflated
+        if self._inflater is not None and entry.pieces:
+            self._table = _pieces.parse_table(
+                entry.pieces, entry.size, entry.csize, entry.crc, self._fail
+            )
         # The member's bytes as stored, when the index holds the whole archive.
         cached = index.cached(entry.data_offset, entry.csize) if index is not None else None
         # A small stored member (a .npy header and a tiny array) is read with one
@@ -675,12 +835,107 @@ class MemberReader:
         self.readinto(memoryview(buf))
         return bytes(buf)
 
-    def readinto(self, view: memoryview) -> None:
-        """Fill ``view`` (a byte view) with the next decoded bytes."""
+    @property
+    def pieced(self) -> bool:
+        """Whether the member is deflated in pieces (big reads inflate them in parallel)."""
+        return self._table is not None
+
+    def skip(self, n: int) -> None:
+        """Pass over the next ``n`` decoded bytes; pieces wholly inside them are not read.
+
+        Pieces that are read are checked; a member read in full is checked whole.
+        """
+        if self._produced + n > self._entry.size:
+            raise self._fail("holds fewer bytes than its contents need")
+        table = self._table
+        if table is None:
+            scratch = memoryview(bytearray(min(n, 1 << 20) or 1))
+            done = 0
+            while done < n:
+                take = min(scratch.nbytes, n - done)
+                self.readinto(scratch[:take])
+                done += take
+            return
+        take = min(len(self._pending), n)
+        self._pending = self._pending[take:]
+        left = n - take
+        while left and left >= table.length(self._piece):
+            left -= table.length(self._piece)
+            self._piece += 1
+        if left:
+            self._pending = self._inflate_piece()[left:]
+        self._produced += n
+
+    def _read_compressed(self, offset: int, n: int) -> bytes | memoryview:
+        """``n`` bytes of the member's compressed data at ``offset`` in it."""
+        if self._compressed is not None:
+            return self._compressed[offset : offset + n]
+        # Into this thread's scratch buffer, reused piece after piece (each piece is
+        # inflated before the thread reads the next): no fresh memory per piece.
+        view = _pieces.scratch(n)
+        if os.preadv(self._fd, [view], self._entry.data_offset + offset) != n:
+            raise self._fail("file ended early")
+        return view
+
+    def _inflate_piece(self) -> bytes:
+        table = self._table
+        assert table is not None
+        i = self._piece
+        if i >= table.count:
+            raise self._fail("holds fewer bytes than its contents need")
+        start, end = table.starts[i], table.starts[i + 1]
+        self._piece += 1
+        return _pieces.inflate_piece(
+            self._read_compressed(start, end - start), table, i, self._fail
+        )
+
+    def _readinto_pieces(self, view: memoryview, later: list[Callable[[], None]] | None) -> None:
+        table = self._table
+        assert table is not None
+        n = view.nbytes
+        done = min(len(self._pending), n)
+        if done:
+            view[:done] = self._pending[:done]
+            self._pending = self._pending[done:]
+        # Whole pieces go straight into the view, inflated on every core.
+        whole = done
+        last = self._piece
+        while last < table.count and whole + table.length(last) <= n:
+            whole += table.length(last)
+            last += 1
+        wait = later is None or whole < n
+        if last == self._piece + 1 and wait:  # one piece (a .npy header): on this thread
+            view[done:whole] = self._inflate_piece()
+        elif last > self._piece:
+            waiter = _pieces.inflate_into(
+                self._read_compressed,
+                table,
+                self._piece,
+                view[done:whole],
+                self._fail,
+                wait=wait,
+            )
+            if waiter is not None and later is not None:
+                later.append(waiter)
+            self._piece = last
+        if whole < n:  # the start of the next piece; the rest of it waits in _pending
+            out = self._inflate_piece()
+            view[whole:] = out[: n - whole]
+            self._pending = memoryview(out)[n - whole :]
+
+    def readinto(self, view: memoryview, later: list[Callable[[], None]] | None = None) -> None:
+        """Fill ``view`` (a byte view) with the next decoded bytes.
+
+        With ``later``, a member deflated in pieces may return before ``view`` is
+        filled: its pieces are inflated on the pool, and the callable appended to
+        ``later`` waits for them (and raises their error).
+        """
         n = view.nbytes
         if self._produced + n > self._entry.size:
             raise self._fail("holds fewer bytes than its contents need")
-        if self._whole is not None:
+        if self._table is not None:
+            self._readinto_pieces(view, later)
+        elif self._whole is not None:
             start = self._pos - self._entry.data_offset
             if start + n > len(self._whole):
                 raise self._fail("file ended early")
@@ -730,7 +985,7 @@ class MemberReader:
                 self._pos += len(source)
             try:
                 out = self._inflater.decompress(source, limit)
-            except zlib.error as err:
+            except _pieces.ZlibError as err:
                 raise self._fail(f"corrupt compressed data ({err})") from None
             if out:
                 return out
@@ -741,6 +996,12 @@ class MemberReader:
         """Check that every byte was consumed and that the CRC matches."""
         if self._produced != self._entry.size:
             raise self._fail("holds more bytes than its contents need")
+        if self._table is not None:
+            # Every piece read was checked against its CRC, and the pieces' CRCs
+            # against the member's when the table was read.
+            if len(self._pending) or self._piece != self._table.count:
+                raise self._fail("holds more bytes than its contents need")
+            return
         if self._inflater is not None and (self._pending or self._inflater.unconsumed_tail):
             raise self._fail("holds more bytes than its contents need")
         if self._chain is not None and later is not None:
