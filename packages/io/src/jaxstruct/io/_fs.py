@@ -1,13 +1,11 @@
-"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish."""
+"""Bytes on disk: safe opens, fsyncs, temporaries, atomic renames, parked checkpoints, debris."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import ctypes
 import errno
 import functools
-import gc
 import hashlib
 import os
 import secrets
@@ -15,20 +13,19 @@ import shutil
 import socket
 import stat
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-# zlib-ng computes CRC-32 several times faster than zlib (23 against 3-4 GB/s here)
-# and has crc32_combine (the CRC of a concatenation from its parts'), which zlib lacks.
-from zlib_ng.zlib_ng import crc32, crc32_combine
+from . import _process
 
-T = TypeVar("T")
+# The process-wide state (pools, CRC threads, the collector pause) lives in _process;
+# these names stay importable from here for the formats that use them.
+from ._process import WORKERS, CrcParts, crc_pool, paused, pool, submit  # noqa: F401
 
 
 class CheckpointWriteError(OSError, SerializationError):
@@ -37,98 +34,6 @@ class CheckpointWriteError(OSError, SerializationError):
     It carries the ``errno`` of the underlying ``OSError`` (``ENOSPC`` for a
     full disk), which is kept as its ``__cause__``.
     """
-
-
-WORKERS = max(1, min(8, os.cpu_count() or 1))
-_CRC_WORKERS = 2
-
-_POOLS: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
-_POOL_LOCK = threading.Lock()
-
-
-def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    found = _POOLS.get(name)
-    if found is None:
-        with _POOL_LOCK:
-            found = _POOLS.get(name)
-            if found is None:
-                found = _POOLS[name] = concurrent.futures.ThreadPoolExecutor(
-                    workers, thread_name_prefix=name
-                )
-    return found
-
-
-def _forget_in_child() -> None:
-    """Drop the parent's pools (threads a fork did not copy) and its possibly held lock."""
-    global _POOL_LOCK
-    _POOLS.clear()
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
-def pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Return the worker pool (compression, fsyncs, removal of old checkpoints)."""
-    return _lazy_pool("jaxstruct-io", WORKERS)
-
-
-def crc_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Return the two threads that check the CRCs of big members while they are read."""
-    return _lazy_pool("jaxstruct-io-crc", _CRC_WORKERS)
-
-
-def submit(
-    workers: Callable[[], concurrent.futures.ThreadPoolExecutor], fn: Callable[..., T], *args: Any
-) -> Future[T]:
-    """Run ``fn(*args)`` on a pool, or on this thread once pools take no more work: at
-    interpreter exit, a background export still running must finish, not fail."""
-    try:
-        return workers().submit(fn, *args)
-    except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-        done: Future[T] = Future()
-        try:
-            done.set_result(fn(*args))
-        except BaseException as err:
-            done.set_exception(err)
-        return done
-
-
-_lock = threading.Lock()
-_holders = 0  # blocks inside paused(), in every thread
-_restore = False  # whether the collector was on when the first of them entered
-
-
-def _reset_in_child() -> None:
-    """After a fork: a fresh lock, and no pause held by threads the child does not have."""
-    global _lock, _holders
-    _lock = threading.Lock()
-    if _holders:
-        _holders = 0
-        if _restore:
-            gc.enable()
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
-
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """Keep the cyclic collector off inside the block (restoring its previous state)."""
-    global _holders, _restore
-    with _lock:
-        if _holders == 0:
-            _restore = gc.isenabled()
-            gc.disable()
-        _holders += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            if _holders:  # zero when a fork reset the count inside this block
-                _holders -= 1
-                if _holders == 0 and _restore:
-                    gc.enable()
 
 
 _NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
@@ -215,23 +120,6 @@ def fsync_all(files: list[int], directories: list[int]) -> None:
         raise
     for future in futures:
         future.result()
-
-
-class CrcParts:
-    """The CRC-32 of consecutive pieces, computed apart on the CRC threads, combined in order."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start  # the CRC of what was read before
-        self.parts: list[tuple[concurrent.futures.Future[int], int]] = []
-
-    def add(self, piece: memoryview) -> None:
-        self.parts.append((submit(crc_pool, crc32, piece), piece.nbytes))
-
-    def result(self) -> int:
-        crc = self.start
-        for future, size in self.parts:
-            crc = crc32_combine(crc, future.result(), size)
-        return crc
 
 
 # Test hook: called with the name of each step boundary of an export.
@@ -597,4 +485,4 @@ def _remove_old(old: Path) -> None:
 # Targets whose debris this process has already swept (a sweep lists the parent).
 _SWEPT: set[Path] = set()
 _SWEPT_MAX = 4096
-os.register_at_fork(after_in_child=_SWEPT.clear)  # a forked child sweeps for itself
+_process.at_fork(_SWEPT.clear)  # a forked child sweeps for itself

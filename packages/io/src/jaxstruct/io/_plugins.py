@@ -21,7 +21,7 @@ import numpy as np
 import pluggy
 from jaxstruct.registry import StructError
 
-from . import hookspecs
+from . import _process, hookspecs
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format
 from ._values import Codec
@@ -769,14 +769,12 @@ _registry_lock = threading.Lock()
 _REGISTRIES: weakref.WeakSet[PluginRegistry] = weakref.WeakSet()
 
 
+@_process.at_fork
 def _reset_in_child() -> None:
     global _registry_lock
     _registry_lock = threading.Lock()
     for registry in list(_REGISTRIES):
         registry._reset_in_child()  # pyright: ignore[reportPrivateUsage]
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def current_registry() -> PluginRegistry:
