@@ -10,7 +10,7 @@ import jaxstruct.io as jio
 FLOORS = [
     {"_process", "_fs", "_zip", "_jax_private", "_multihost"},
     {"_schema", "_values", "_formats", "hookspecs"},
-    {"_npz", "_builtin", "_plugins", "_detect"},
+    {"_npz", "_builtin", "_plugins", "_detect", "_publish"},
     {"_encode", "_targets", "_decode", "_plain"},
     {"_checkpoint", "_async", "_state", "_inspect"},
     {"_manager", "_cli", "__init__"},

@@ -263,6 +263,13 @@ def open_any(
     )
 
 
+def owns_checkpoint(fmt: Format, path: Path) -> bool:
+    """Whether ``path`` is a checkpoint of ``fmt`` (which ``overwrite`` may replace): the
+    format's cheap ``owns`` if it has one, else a full open."""
+    owns = getattr(fmt, "owns", None)
+    return bool(owns(path)) if owns is not None else is_checkpoint(path, fmt)
+
+
 def is_checkpoint(path: Path, fmt: Format) -> bool:
     """Return whether ``path`` is a readable jaxstruct checkpoint of format ``fmt``."""
     try:

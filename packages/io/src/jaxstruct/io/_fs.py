@@ -25,7 +25,12 @@ from . import _process
 
 # The process-wide state (pools, CRC threads, the collector pause) lives in _process;
 # these names stay importable from here for the formats that use them.
-from ._process import WORKERS, CrcParts, crc_pool, paused, pool, submit  # noqa: F401
+from ._process import WORKERS as WORKERS  # noqa: PLC0414
+from ._process import CrcParts as CrcParts  # noqa: PLC0414
+from ._process import crc_pool as crc_pool  # noqa: PLC0414
+from ._process import paused as paused  # noqa: PLC0414
+from ._process import pool as pool  # noqa: PLC0414
+from ._process import submit as submit  # noqa: PLC0414
 
 
 class CheckpointWriteError(OSError, SerializationError):
@@ -159,6 +164,21 @@ def temp_sibling(target: Path, kind: str = _TMP) -> Path:
     """Return a fresh temporary path next to ``target`` (tagged with host and pid)."""
     name = f".{target.name}{kind}{host_tag()}-{os.getpid()}-{secrets.token_hex(6)}"
     return target.with_name(name)
+
+
+def identity(path: Any, *, follow: bool = True) -> tuple[int, ...] | None:
+    """What changes when ``path`` is replaced or edited (device, inode, size, modification
+    and change times), or ``None`` when nothing is there: "has this file changed"."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat_identity(st)
+
+
+def stat_identity(st: os.stat_result) -> tuple[int, ...]:
+    """:func:`identity` of a file already stat-ed (``os.fstat`` of an open one)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def fsync_dir(path: Path) -> None:
@@ -345,7 +365,7 @@ def exchange(src: Path, dst: Path) -> Path:
     return old
 
 
-def _make_parents(directory: Path) -> None:
+def make_parents(directory: Path) -> None:
     """Create ``directory`` and its missing parents, each made durable in its own parent."""
     missing: list[Path] = []
     here = directory
@@ -373,105 +393,32 @@ def write_error(target: Any, err: OSError) -> CheckpointWriteError:
     )
 
 
-def publish(
-    target: Path,
-    write: Callable[[Path], None],
-    *,
-    overwrite: bool,
-    check_existing: Callable[[], bool],
-    checked: bool = False,
-) -> None:
-    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
-
-    ``check_existing`` refuses an existing ``target`` that may not be replaced and
-    returns whether one exists; ``checked``: the caller has already called it.
-    """
-    # ``checked``: the caller saw our checkpoint there; if it has vanished since,
-    # the swap below finds out and publishes as new.
-    exists = checked or check_existing()
-    checked = exists
-    if not exists:
-        try:
-            _make_parents(target.parent)
-        except OSError as err:
-            raise write_error(target, err) from err
-    if not exists or target not in _SWEPT:
-        # Debris is swept whenever the target is missing (a parked checkpoint may
-        # need recovery) and at the first overwrite of a target in this process.
-        clean_debris(target)
-        if exists:
-            if len(_SWEPT) >= _SWEPT_MAX:
-                _SWEPT.clear()
-            _SWEPT.add(target)
-    if not checked:  # a parked checkpoint may have been recovered
-        checked = check_existing()
-    tmp = temp_sibling(target)
-    old: Path | None = None
-    moved = False  # whether tmp is in place (then nothing of it is left to remove)
-    try:
-        try:
-            write(tmp)
-        except OSError as err:
-            raise write_error(target, err) from err
-        step("written")
-        while True:
-            if os.path.lexists(target):
-                if not checked:
-                    check_existing()  # someone else created it during this export
-                try:
-                    old = exchange(tmp, target)
-                    moved = True
-                    break
-                except FileNotFoundError:
-                    continue  # it vanished again: publish as new
-                except FileExistsError:
-                    checked = False  # another writer published meanwhile: check it, swap again
-                    continue
-            try:
-                rename_noreplace(tmp, target)
-                moved = True
-                break
-            except FileExistsError:
-                if not overwrite:
-                    raise FileExistsError(
-                        f"{str(target)!r} was created by someone else during this export; "
-                        "pass overwrite=True to replace it"
-                    ) from None
-                checked = False
-        # The swapped-out old checkpoint is deleted on the pool while the parent is
-        # fsynced (both wait on the disk, which serves them together), and waited for.
-        deleting = _delete_soon(old) if old is not None else None
-        try:
-            fsync_dir(target.parent)
-            step("published")
-        finally:
-            if deleting is not None:
-                deleting.result()
-                old = None
-    finally:
-        # On failure, the half-written temporary (or the old checkpoint, if a
-        # failure came before its deletion). The target itself is never touched here.
-        if old is not None:
-            _remove_old(old)
-        elif not moved:
-            remove(tmp)
-    step("done")
+def sweep_debris(target: Path, exists: bool) -> None:
+    """Sweep the leftovers of ``target``'s finished writers: whenever ``target`` is missing
+    (a parked checkpoint may need recovery) and at its first overwrite in this process."""
+    if exists and target in _SWEPT:
+        return
+    clean_debris(target)
+    if exists:
+        if len(_SWEPT) >= _SWEPT_MAX:
+            _SWEPT.clear()
+        _SWEPT.add(target)
 
 
-def _delete_soon(old: Path) -> Future[None]:
+def delete_soon(old: Path) -> Future[None]:
     """Start deleting ``old`` on the pool (inline while a crash test watches the steps)."""
     if STEP_HOOK is not None:  # crash tests see every step on the calling thread
         done: Future[None] = Future()
-        _remove_old(old)
+        remove_old(old)
         done.set_result(None)
         return done
-    return submit(pool, _remove_old, old)
+    return submit(pool, remove_old, old)
 
 
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files
 
 
-def _remove_old(old: Path) -> None:
+def remove_old(old: Path) -> None:
     """Delete a swapped-out old checkpoint: three calls for a directory laid out as export
     writes it, else a walk (a file's swap leaves nothing at ``old``)."""
     try:

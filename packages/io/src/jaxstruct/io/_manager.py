@@ -16,10 +16,11 @@ from jaxstruct.registry import SerializationError
 
 from . import _fs, _multihost
 from ._async import ExportHandle
-from ._checkpoint import export, is_url, load, local_paths_only
+from ._checkpoint import export, load
 from ._detect import format_named, sniffs
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
+from ._publish import is_url, local_paths_only
 
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
