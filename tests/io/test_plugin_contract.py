@@ -629,3 +629,64 @@ def test_a_formats_right_read_loads(tmp_path: Path, use: Callable[..., PluginReg
     _Reading.stored.clear()
     path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
     np.testing.assert_array_equal(jio.load(path)["w"], np.arange(6.0).reshape(2, 3))
+
+
+# -- issue 36: what a checkpoint's name may not change, and what a format's write must make --
+
+
+class RootManifest(jio.Format):
+    """A directory format keeping ``manifest.json`` at its root (beside ``<key>.npy`` files)."""
+
+    name = "rootmanifest"
+    suffixes = (".rootmanifest",)
+    is_directory = True
+    drop_arrays = False
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        target.mkdir()
+        (target / "manifest.json").write_bytes(manifest)
+        (target / "ROOTMANIFEST").write_bytes(b"")
+        if not self.drop_arrays:
+            for key, arr in arrays.items():
+                np.save(target / f"{key}.npy", jio.host_array(arr))
+
+    def sniff(self, path: Any) -> bool:
+        return (Path(path) / "ROOTMANIFEST").exists()
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        return _RootOpened(Path(path))
+
+
+class _RootOpened(jio.OpenedCheckpoint):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest = (path / "manifest.json").read_bytes()
+
+    def check_members(self, table: Any) -> None:
+        held = {p.stem for p in self.path.glob("*.npy")}
+        if held != set(table):
+            raise SerializationError(f"holds {sorted(held)}, not {sorted(table)}")
+
+    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+        return {k: np.load(self.path / f"{k}.npy", allow_pickle=False) for k in wanted}
+
+
+def test_a_directory_checkpoint_named_like_a_file_format_loads(tmp_path: Path) -> None:
+    """A directory checkpoint named run.tar (the tar plugin claims .tar, for files) loads by
+    detection, without format=."""
+    assert "tar" in jio.current_registry().formats  # the example plugin is installed
+    path = jio.export(VALUE, tmp_path / "run.tar", format="directory")
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    assert jio.inspect(path).container == "directory"
+
+
+def test_a_plugin_directory_with_its_manifest_at_the_root_loads_without_its_suffix(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """The built-in directory format recognises manifest.json but cannot open this one: the
+    plugin format that recognises it reads it, whatever the checkpoint's name."""
+    use(EntryPoint("root", Dist("dist-root"), _formats_plugin(RootManifest())))
+    path = jio.export(VALUE, tmp_path / "ck.rootmanifest")
+    renamed = path.rename(tmp_path / "ck")
+    np.testing.assert_array_equal(jio.load(renamed)["w"], VALUE["w"])
+    assert jio.inspect(renamed).container == "rootmanifest"

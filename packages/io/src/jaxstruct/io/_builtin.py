@@ -12,7 +12,16 @@ from jaxstruct.registry import SerializationError
 
 from . import _zip
 from ._formats import Format
-from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
+from ._fs import (
+    ARRAYS,
+    MANIFEST,
+    fsync_all,
+    identity,
+    open_noatime,
+    open_regular,
+    read_all,
+    stat_identity,
+)
 from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
 from ._schema import DEFAULT_LIMITS, Limits, check_node_budget, parse_manifest
@@ -34,10 +43,6 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 #: which stays true there.
 _WRITTEN: set[tuple[int, ...]] = set()
 _WRITTEN_MAX = 1024
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _create(path: Path) -> Any:
@@ -77,12 +82,8 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
 
 def _replaced(dirfd: int, path: Path) -> bool:
     """Whether ``path`` now names another directory than the one open as ``dirfd``."""
-    try:
-        now = os.stat(path)
-    except OSError:
-        return False
-    opened = os.fstat(dirfd)
-    return (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
+    now = identity(path)
+    return now is not None and now != stat_identity(os.fstat(dirfd))
 
 
 class DirectoryFormat(Format):
@@ -117,7 +118,7 @@ class DirectoryFormat(Format):
                     os.close(dirfd)
                 if len(_WRITTEN) >= _WRITTEN_MAX:
                     _WRITTEN.clear()
-                _WRITTEN.add(_identity(os.fstat(man.fileno())))
+                _WRITTEN.add(stat_identity(os.fstat(man.fileno())))
         step("temp-synced")
 
     def sniff(self, path: Path) -> bool:
@@ -129,7 +130,7 @@ class DirectoryFormat(Format):
         try:
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return False
-            if _identity(os.lstat(path / MANIFEST)) in _WRITTEN:
+            if identity(path / MANIFEST, follow=False) in _WRITTEN:
                 return True  # as this process wrote it
             fd, size = open_regular(path / MANIFEST, follow=False)
         except (OSError, SerializationError):
@@ -261,9 +262,9 @@ class ZipFormat(Format):
         except BaseException:
             os.close(fd)
             raise
-        opened = NpzCheckpoint(fd, inner, f"{where} (arrays.npz)", manifest, frozenset())
-        opened.container = npz
-        return opened
+        return NpzCheckpoint(
+            fd, inner, f"{where} (arrays.npz)", manifest, frozenset(), container=npz
+        )
 
 
 def _is_our_manifest(data: bytes, fmt: Format) -> bool:
@@ -272,4 +273,4 @@ def _is_our_manifest(data: bytes, fmt: Format) -> bool:
         top = parse_manifest(data, MANIFEST)
     except SerializationError:
         return False
-    return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))
+    return top["container"] in (fmt.name, *fmt.also_reads)

@@ -246,9 +246,9 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     try:
         table = check_arrays_table(top["arrays"], where, lim)
         specs = {k: ArraySpec(*v) for k, v in table.items()}
-        check = getattr(opened, "verify", None)
-        if check is not None:
-            return list(check(specs)), True
+        checked = opened.verify(specs)
+        if checked is not None:
+            return list(checked), True
         problems: list[str] = []
         for key in specs:
             try:

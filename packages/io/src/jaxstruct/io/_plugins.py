@@ -696,6 +696,13 @@ class PluginRegistry:
         """Return the distribution (or description) that registered a format or codec."""
         return self._ensure().owners[(kind, name)][1].dist
 
+    def is_own(self, fmt: Format) -> bool:
+        """Whether ``fmt`` is one of jaxstruct-io's own formats (its built-in plugin's):
+        tested with this library, they check what they write themselves, so export
+        spends no system call on checking it again."""
+        entry = self._ensure().owners.get(("format", fmt.name))
+        return entry is not None and entry[0] is fmt and entry[1].kind == "builtin"
+
     def describe_source(self, kind: str, name: str) -> str:
         """Who registered a format or codec, for messages (``plugin 'x' from distribution 'y'``)."""
         return str(self._ensure().owners[(kind, name)][1])
