@@ -690,3 +690,53 @@ def test_a_plugin_directory_with_its_manifest_at_the_root_loads_without_its_suff
     renamed = path.rename(tmp_path / "ck")
     np.testing.assert_array_equal(jio.load(renamed)["w"], VALUE["w"])
     assert jio.inspect(renamed).container == "rootmanifest"
+
+
+class Dropping(ZipFormat):
+    """A zip-based format whose write leaves out the arrays (or changes the manifest) when
+    told to, and still recognises what it wrote."""
+
+    name = "dropping"
+    suffixes = (".dropping",)
+    mode = ""
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **kw: Any) -> None:
+        if self.mode == "arrays":
+            arrays = {}
+        elif self.mode == "manifest":
+            manifest = manifest.replace(b'"w"', b'"v"')
+        super().write(target, manifest, arrays, **kw)
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [("arrays", r"does not hold the arrays given"), ("manifest", r"value tree is not the one")],
+)
+def test_a_write_that_loses_what_it_was_given_keeps_the_previous_checkpoint(
+    use: Callable[..., PluginRegistry], tmp_path: Path, mode: str, says: str
+) -> None:
+    """overwrite=True with a format whose write leaves out the arrays (or writes another
+    manifest) but passes its own sniff: refused, naming the plugin and its distribution,
+    and the previous checkpoint still loads."""
+    fmt = Dropping()
+    use(EntryPoint("drop", Dist("dist-drop"), _formats_plugin(fmt)))
+    path = jio.export(VALUE, tmp_path / "c.dropping")
+    fmt.mode = mode
+    with pytest.raises(SerializationError, match=says) as info:
+        jio.export({"w": np.zeros(2)}, path, overwrite=True)
+    assert "plugin 'drop' from distribution 'dist-drop'" in str(info.value)
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.dropping"]
+
+
+def test_a_directory_plugin_losing_its_arrays_keeps_the_previous_checkpoint(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """The same for a directory format of a plugin, through its check_members()."""
+    fmt = RootManifest()
+    use(EntryPoint("root", Dist("dist-root"), _formats_plugin(fmt)))
+    path = jio.export(VALUE, tmp_path / "c.rootmanifest")
+    fmt.drop_arrays = True
+    with pytest.raises(SerializationError, match=r"'rootmanifest'.*does not hold the arrays"):
+        jio.export(VALUE, path, overwrite=True)
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])

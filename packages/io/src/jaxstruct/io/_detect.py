@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from jaxstruct.registry import SerializationError, StructError
 
 from . import _fs
-from ._formats import Format, OpenedCheckpoint
+from ._formats import ArraySpec, Format, OpenedCheckpoint
 from ._plugins import BLOCK_ENV, PluginError, current_registry
-from ._schema import Limits, parse_manifest
+from ._schema import Limits, check_arrays_table, parse_manifest
 
 T = TypeVar("T")
 
@@ -326,8 +326,10 @@ def write_checked(
     *,
     publishing: bool,
     check: bool = True,
+    replacing: bool = False,
 ) -> None:
-    """Call ``fmt.write`` and (with ``check``) check what it made against the format contract."""
+    """Call ``fmt.write`` and (with ``check``) check what it made against the format contract;
+    ``replacing`` a previous checkpoint, check also that it holds what it was given."""
     call_format(
         fmt,
         "write",
@@ -337,6 +339,8 @@ def write_checked(
     )
     if check and not current_registry().is_own(fmt) and isinstance(target, Path):
         check_written(fmt, target, publishing=publishing)
+        if replacing:
+            check_contents(fmt, target, manifest)
 
 
 def read_checked(
@@ -398,3 +402,52 @@ def check_written(fmt: Format, path: Path, *, publishing: bool) -> None:
             f"{str(path)!r}: {who} does not recognise (sniff) what its own write() created"
             f"{kept}; sniff() must recognise a checkpoint by its content, whatever its name"
         )
+
+
+#: Limits for opening a checkpoint export has just written (its own bytes): none binds.
+_WRITTEN_LIMITS = Limits(
+    max_manifest_bytes=1 << 62,
+    max_depth=1 << 62,
+    max_nodes=1 << 62,
+    max_array_bytes=1 << 62,
+    max_inflation_ratio=1 << 62,
+)
+
+
+def check_contents(fmt: Format, path: Path, manifest: bytes) -> None:
+    """Refuse what ``fmt``'s ``write`` made at ``path`` unless, opened with ``fmt``, it gives
+    back the manifest and arrays table it was handed and holds those arrays (as its
+    ``check_members`` says; no array data is read)."""
+    where = repr(str(path))
+    who = f"the {fmt.name!r} format ({source_of(fmt)})"
+    expected = parse_manifest(manifest, where)
+    try:
+        opened = call_format(fmt, "open", where, lambda: fmt.open(path, _WRITTEN_LIMITS))
+    except (SerializationError, OSError) as err:
+        raise _not_as_given(where, who, f"opening it failed: {err}") from err
+    try:
+        if opened.manifest is None:
+            raise _not_as_given(where, who, "it opens without a manifest")
+        found = parse_manifest(opened.manifest, where)
+        for part in ("manifest", "arrays"):
+            if found.get(part) != expected.get(part):
+                which = "value tree" if part == "manifest" else "arrays table"
+                raise _not_as_given(where, who, f"its manifest's {which} is not the one given")
+        table = {
+            k: ArraySpec(*v)
+            for k, v in check_arrays_table(found["arrays"], where, _WRITTEN_LIMITS).items()
+        }
+        try:
+            call_format(fmt, "check_members", where, lambda: opened.check_members(table))
+        except SerializationError as err:
+            raise _not_as_given(where, who, f"it does not hold the arrays given: {err}") from err
+    finally:
+        opened.close()
+
+
+def _not_as_given(where: str, who: str, what: str) -> SerializationError:
+    return SerializationError(
+        f"{where}: {who} wrote a checkpoint that does not hold what its write() was given "
+        f"({what}); the previous checkpoint is kept and nothing was replaced. Report it to "
+        "the format's authors"
+    )

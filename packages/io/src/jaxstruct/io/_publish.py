@@ -188,7 +188,15 @@ class Publication:
         moved = False  # whether tmp is in place (then nothing of it is left to remove)
         try:
             try:
-                write_checked(self.fmt, tmp, manifest, arrays, compression, publishing=True)
+                write_checked(
+                    self.fmt,
+                    tmp,
+                    manifest,
+                    arrays,
+                    compression,
+                    publishing=True,
+                    replacing=self.found,
+                )
             except OSError as err:
                 raise _fs.write_error(target, err) from err
             _fs.step("written")
@@ -300,7 +308,14 @@ class Publication:
         check = _multihost.is_primary()
         try:
             write_checked(
-                self.fmt, path, manifest, arrays, compression, publishing=publishing, check=check
+                self.fmt,
+                path,
+                manifest,
+                arrays,
+                compression,
+                publishing=publishing,
+                check=check,
+                replacing=publishing,
             )
         except BaseException as err:
             if not isinstance(err, OSError):
