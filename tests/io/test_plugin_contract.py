@@ -740,3 +740,46 @@ def test_a_directory_plugin_losing_its_arrays_keeps_the_previous_checkpoint(
     with pytest.raises(SerializationError, match=r"'rootmanifest'.*does not hold the arrays"):
         jio.export(VALUE, path, overwrite=True)
     np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+
+
+class Careless(jio.Format):
+    """A directory format whose write fsyncs nothing (nested files and a subdirectory)."""
+
+    name = "careless"
+    suffixes = (".careless",)
+    is_directory = True
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        (target / "arrays").mkdir(parents=True)
+        (target / "manifest.json").write_bytes(manifest)
+        (target / "CARELESS").write_bytes(b"")
+        for key, arr in arrays.items():
+            np.save(target / "arrays" / f"{key}.npy", jio.host_array(arr))
+
+    def sniff(self, path: Any) -> bool:
+        return (Path(path) / "CARELESS").exists()
+
+
+def test_what_a_plugin_wrote_is_fsynced_before_it_is_published(
+    use: Callable[..., PluginRegistry], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file and directory a plugin format created is fsynced (on the worker threads
+    too) before export renames it into place, and the parent after."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    use(EntryPoint("careless", Dist("dist-careless"), _formats_plugin(Careless())))
+    monkeypatch.setattr(os, "fsync", spy)
+    path = jio.export({"w": np.ones(2), "b": np.zeros(3)}, tmp_path / "c.careless")
+    # Synced under the temporary name, before the rename: paths relative to that directory.
+    temp = [s.split(".jaxstruct-tmp-", 1)[1] for s in synced if ".jaxstruct-tmp-" in s]
+    seen = {rel.partition("/")[2] for rel in temp}
+    made = {str(p.relative_to(path)) for p in path.rglob("*")} | {""}
+    assert made <= seen, made - seen
+    assert str(tmp_path) in synced  # the parent, after the rename

@@ -339,6 +339,9 @@ def write_checked(
     )
     if check and not current_registry().is_own(fmt) and isinstance(target, Path):
         check_written(fmt, target, publishing=publishing)
+        if publishing and not fmt.publishes_atomically:
+            # Made durable before export renames it into place, whatever the format did.
+            _fs.fsync_tree(target)
         if replacing:
             check_contents(fmt, target, manifest)
 

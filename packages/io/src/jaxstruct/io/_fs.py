@@ -181,6 +181,36 @@ def stat_identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def fsync_tree(path: Path) -> None:
+    """fsync the file ``path``, or every file and directory under the directory ``path``
+    (itself included), many at the same time (symbolic links are not followed)."""
+    files: list[Path] = []
+    directories: list[Path] = []
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, names in os.walk(path):
+            directories.append(Path(root))
+            for name in names:
+                entry = Path(root) / name
+                if entry.is_file() and not entry.is_symlink():
+                    files.append(entry)
+            dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+    else:
+        files.append(path)
+    entries = [(entry, False) for entry in files] + [(entry, True) for entry in directories]
+    batch = 64  # descriptors open at once
+    for start in range(0, len(entries), batch):
+        fds: list[int] = []
+        dir_fds: list[int] = []
+        try:
+            for entry, is_dir in entries[start : start + batch]:
+                fd = os.open(entry, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                (dir_fds if is_dir else fds).append(fd)
+            fsync_all(fds, dir_fds)
+        finally:
+            for fd in fds + dir_fds:
+                os.close(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """Flush a directory entry to disk (a no-op where directories cannot be opened)."""
     try:
