@@ -783,3 +783,50 @@ def test_what_a_plugin_wrote_is_fsynced_before_it_is_published(
     made = {str(p.relative_to(path)) for p in path.rglob("*")} | {""}
     assert made <= seen, made - seen
     assert str(tmp_path) in synced  # the parent, after the rename
+
+
+class Remote(jio.Format):
+    """A format of URLs (``fake://NAME``), kept in memory."""
+
+    name = "fake-remote"
+    remote_paths = True
+    publishes_atomically = True
+    stored: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        Remote.stored[target] = (manifest, {k: np.asarray(v) for k, v in arrays.items()})
+
+    def sniff(self, path: Any) -> bool:
+        return isinstance(path, str) and path in Remote.stored
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        manifest, held = Remote.stored[path]
+
+        class Opened(jio.OpenedCheckpoint):
+            def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+                return {k: held[k] for k in wanted}
+
+        opened = Opened()
+        opened.manifest = manifest
+        return opened
+
+
+def test_inspect_takes_the_urls_load_takes(use: Callable[..., PluginRegistry]) -> None:
+    """inspect("fake://ck") describes what load("fake://ck") reads (it took the URL for a
+    local path and found nothing)."""
+    use(EntryPoint("remote", Dist("dist-remote"), _formats_plugin(Remote())))
+    jio.export(VALUE, "fake://ck", format="fake-remote")
+    np.testing.assert_array_equal(jio.load("fake://ck")["w"], VALUE["w"])
+    info = jio.inspect("fake://ck")
+    assert info.container == "fake-remote" and info.path == "fake://ck"
+
+
+def test_a_directory_read_as_a_file_format_is_our_error(tmp_path: Path) -> None:
+    """load(a directory, format="tar") is a SerializationError saying what is wrong (it was
+    the tar plugin's IsADirectoryError)."""
+    assert "tar" in jio.current_registry().formats  # the example plugin is installed
+    path = jio.export(VALUE, tmp_path / "ck")
+    with pytest.raises(SerializationError, match=r"is a directory, and the 'tar' format reads"):
+        jio.load(path, format="tar")
+    with pytest.raises(SerializationError, match=r"is a file, and the 'directory' format reads"):
+        jio.load(jio.export(VALUE, tmp_path / "f.zip"), format="directory")

@@ -15,10 +15,10 @@ from ._async import ExportHandle
 from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
 from ._detect import format_for_export, open_any, read_checked
 from ._encode import encode_state
-from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite
+from ._formats import ArraySpec, OpenedCheckpoint, PendingWrite
 from ._plain import Rename, load_plain
 from ._publish import Publication, local_or_url, local_paths_only
-from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
+from ._schema import check_arrays_table, dump_manifest, limits_from_kwargs
 from ._targets import match_target, mesh_placements
 
 _COMPRESSIONS = ("auto", "deflate", "none")
@@ -246,7 +246,7 @@ def load(
         raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
     where_path = local_or_url(path, "load")
     where = repr(str(where_path))
-    fmt, opened, top = _open_or_parked(where_path, lim, format)
+    fmt, opened, top = open_any(where_path, lim, format)
     if top is None:
         try:
             return load_plain(fmt, opened, target=target, rename=rename, select=select, where=where)
@@ -312,27 +312,6 @@ def load(
         codec_named=outside_selection(list(stand_ins.values())) if stand_ins else None,
     )
     return value if select is None else select(value)
-
-
-def _open_or_parked(
-    path: Any, lim: Limits, format: str | None
-) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs."""
-    for _ in range(3):
-        try:
-            return open_any(path, lim, format)
-        except FileNotFoundError:
-            if not isinstance(path, Path):
-                raise
-            found = _fs.parked(Path(os.path.abspath(path)))
-            if not found and not os.path.lexists(path):
-                raise
-        for candidate in found:
-            try:
-                return open_any(candidate, lim, format)
-            except (FileNotFoundError, SerializationError):
-                continue  # being deleted: the new checkpoint is in place by now
-    return open_any(path, lim, format)
 
 
 def _on_mesh(

@@ -138,6 +138,28 @@ Opened = tuple[Format, OpenedCheckpoint, "dict[str, Any] | None"]
 def open_any(path: Any, limits: Limits, format: str | None = None) -> Opened:
     """:func:`open_checkpoint`, but a file without a manifest gives ``None`` for it.
 
+    While a two-rename overwrite runs, the checkpoint parked beside ``path`` is opened.
+    """
+    for _ in range(3):
+        try:
+            return _open_here(path, limits, format)
+        except FileNotFoundError:
+            if not isinstance(path, Path):
+                raise
+            found = _fs.parked(Path(os.path.abspath(path)))
+            if not found and not os.path.lexists(path):
+                raise
+        for candidate in found:
+            try:
+                return _open_here(candidate, limits, format)
+            except (FileNotFoundError, SerializationError):
+                continue  # being deleted: the new checkpoint is in place by now
+    return _open_here(path, limits, format)
+
+
+def _open_here(path: Any, limits: Limits, format: str | None) -> Opened:
+    """Open ``path`` itself, as ``format`` or as the format that recognises it.
+
     Without ``format``, every registered format (the built-in ones register like any
     plugin) is asked by the same rules: the format ``export`` would choose for this
     name (its suffix's, else ``"directory"``) first, when it recognises (``sniff``)
@@ -147,6 +169,12 @@ def open_any(path: Any, limits: Limits, format: str | None = None) -> Opened:
     """
     if format is not None:
         fmt = format_named(format)
+        if isinstance(path, Path) and fmt.is_directory != _kind(path)[1]:
+            kind, wanted = ("directory", "files") if _kind(path)[1] else ("file", "directories")
+            raise SerializationError(
+                f"{str(path)!r}: is a {kind}, and the {fmt.name!r} format reads {wanted}; "
+                "leave format= out to recognise the checkpoint's format, or pass its format"
+            )
         return (fmt, *_open_checked(fmt, path, limits))
     preferred, first_error = _preferred(path), None
     if preferred is not None:

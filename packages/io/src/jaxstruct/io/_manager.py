@@ -115,6 +115,12 @@ class CheckpointManager:
             try:
                 (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
                 self._empty_trash()
+            except (NotADirectoryError, FileExistsError):
+                error = SerializationError(
+                    f"CheckpointManager({str(self.directory)!r}): this path (or a folder "
+                    "above it) is a file, not a directory; give the manager a directory of "
+                    "its own, where it keeps one checkpoint per step"
+                )
             except BaseException as err:  # told to the others, then raised here
                 error = err
         _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
