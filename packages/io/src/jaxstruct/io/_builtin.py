@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jaxstruct.registry import SerializationError
+from zlib_ng.zlib_ng import crc32
 
 from . import _zip
 from ._formats import Format
@@ -36,6 +38,41 @@ def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationErr
 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+# A directory checkpoint's manifest.json ends with its own CRC-32, as one more member
+# of its JSON object: ``,"checksum":"crc32:<8 hex digits>"}``, the CRC of every byte
+# before the comma. (A .zip's manifest member has the zip's CRC.) The directory stays
+# the specification's two files, readable by any JSON reader, and reading it costs
+# no system call more. A manifest without it (written before, or unzipped from a .zip
+# checkpoint) is read as it is.
+_CHECKSUM_TAIL = re.compile(rb',\s*"checksum"\s*:\s*"crc32:([0-9a-f]{8})"\s*\}\s*\Z')
+_TAIL_ROOM = 64  # the tail is 36 bytes as written; room for whitespace
+
+
+def _with_checksum(manifest: bytes) -> bytes:
+    """``manifest`` (a JSON object) with its CRC-32 as its last member."""
+    head = manifest.rstrip()[:-1]  # without the closing brace
+    return b'%s,"checksum":"crc32:%08x"}\n' % (head, crc32(head))
+
+
+def _checked_manifest(data: bytes, where: str, *, check: bool = True) -> bytes:
+    """The manifest of ``manifest.json``'s bytes, its checksum checked and taken off."""
+    start = max(0, len(data) - _TAIL_ROOM)
+    found = _CHECKSUM_TAIL.search(data, start)
+    if found is None:
+        return data
+    end = found.start()
+    if check:
+        stored, computed = int(found.group(1), 16), crc32(memoryview(data)[:end])
+        if stored != computed:
+            raise SerializationError(
+                f"{where}: manifest.json does not match its checksum (stored crc32 "
+                f"{stored:08x}, computed {computed:08x}): it was changed or damaged after it "
+                "was written; restore the checkpoint from a copy (after editing it on purpose, "
+                'delete its last member, "checksum")'
+            )
+    return data[:end] + b"}"  # one copy: a big manifest's costs more than its CRC
+
 
 #: The manifests this process wrote, by identity (device, inode, size, modification
 #: and change times in ns): ``owns`` knows those without reading them again. An edited
@@ -109,7 +146,7 @@ class DirectoryFormat(Format):
             _zip.write_zip(npz, npz_members(arrays), compression=compression, after_member=step)
             step("arrays-written")
             with _create(target / MANIFEST) as man:
-                man.write(manifest)
+                man.write(_with_checksum(manifest))
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
                 try:
@@ -138,7 +175,9 @@ class DirectoryFormat(Format):
         try:
             if size > DEFAULT_LIMITS.max_manifest_bytes:
                 return False
-            return _is_our_manifest(read_all(fd, size, repr(str(path))), self)
+            data = read_all(fd, size, repr(str(path)))
+            # Whether it is ours, not whether it is sound: a damaged checkpoint may be replaced.
+            return _is_our_manifest(_checked_manifest(data, MANIFEST, check=False), self)
         except (OSError, SerializationError):
             return False
         finally:
@@ -150,7 +189,7 @@ class DirectoryFormat(Format):
         try:
             if size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, size, limits)
-            manifest = read_all(fd, size, where)
+            manifest = _checked_manifest(read_all(fd, size, where), where)
             check_node_budget(manifest, where, limits.max_nodes)
             if arrays_fd < 0:
                 raise SerializationError(f"{where}: arrays.npz is missing")
