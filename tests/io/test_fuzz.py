@@ -154,7 +154,9 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {
         # Without its checksum, so that a mutation reaches the parser, not the checksum.
         "manifest": {
-            k: v for k, v in json.loads((d / "manifest.json").read_text()).items() if k != "checksum"
+            k: v
+            for k, v in json.loads((d / "manifest.json").read_text()).items()
+            if k != "checksum"
         },
         "manifest_bytes": (d / "manifest.json").read_bytes(),
         "npz": (d / "arrays.npz").read_bytes(),
