@@ -17,7 +17,8 @@ from jaxstruct.registry import SerializationError
 from . import _fs, _multihost
 from ._async import ExportHandle
 from ._checkpoint import export, load
-from ._detect import format_named, sniffs
+from ._detect import format_named, owns_checkpoint, sniffs
+from ._formats import Format
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
 from ._publish import is_url, local_paths_only
@@ -194,10 +195,10 @@ class CheckpointManager:
             return [s for s in steps if remote.committed(self.path_of(s))]
         # Only checkpoints of the format are steps: a user's own file or folder named
         # like one is never listed, restored or pruned.
-        owns = getattr(self._format, "owns", None)
-        if owns is None:
-            return [s for s in steps if sniffs(self._format, self.path_of(s), [])]
-        return [s for s in steps if owns(self.path_of(s))]
+        fmt = self._format
+        if type(fmt).owns is Format.owns:  # the default opens each one: its sniff is enough
+            return [s for s in steps if sniffs(fmt, self.path_of(s), [])]
+        return [s for s in steps if owns_checkpoint(fmt, self.path_of(s))]
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or ``None`` when there is none."""
