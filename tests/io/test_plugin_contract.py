@@ -830,3 +830,27 @@ def test_a_directory_read_as_a_file_format_is_our_error(tmp_path: Path) -> None:
         jio.load(path, format="tar")
     with pytest.raises(SerializationError, match=r"is a file, and the 'directory' format reads"):
         jio.load(jio.export(VALUE, tmp_path / "f.zip"), format="directory")
+
+
+def test_a_declined_write_async_writes_once_in_the_background(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """A self-publishing format whose write_async returns None (it declines) is written once,
+    by write() in the background, from private copies of the arrays."""
+
+    class Declining(Remote):
+        name = "declining"
+        writes: list[str] = []
+
+        def write(self, target: Any, manifest: bytes, arrays: Any, **kw: Any) -> None:
+            Declining.writes.append(target)
+            super().write(target, manifest, arrays, **kw)
+
+        def write_async(self, *args: Any, **kw: Any) -> None:
+            return None
+
+    use(EntryPoint("declining", Dist("dist-declining"), _formats_plugin(Declining())))
+    handle = jio.export(VALUE, "fake://declined", format="declining", blocking=False)
+    handle.wait(timeout=60)
+    assert Declining.writes == ["fake://declined"]
+    np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])

@@ -113,12 +113,10 @@ class Publication:
             or self._replacing()
         ):
             return None
-        pending = fmt.write_async(
+        # ``None``: it declined after all, and the caller runs the write in a thread.
+        return fmt.write_async(
             self.target, manifest, arrays, compression=compression, step=_fs.step
         )
-        if pending is None:  # it declined after all: write now, in this thread
-            self.run(manifest, arrays, compression)
-        return pending
 
     def refuse_unheld(self, arrays: Mapping[str, Any]) -> None:
         """Refuse arrays process 0 cannot write alone (a primary-only run)."""
