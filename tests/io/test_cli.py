@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ def test_inspect_does_not_need_the_class(tmp_path: Path) -> None:
     """Inspecting never resolves classes: an unknown class reference is simply shown."""
     path = jio.export(Model(weights=1), tmp_path / "m")
     manifest = (path / "manifest.json").read_text().replace(":Model", ":Nowhere")
+    manifest = re.sub(r',"checksum":"[^"]*"\}\s*$', "}", manifest)  # edited: no checksum
     (path / "manifest.json").write_text(manifest)
     assert ":Nowhere (struct)" in jio.inspect(path).tree
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import jaxstruct.io as jio
 
 FLOORS = [
-    {"_fs", "_pieces", "_zip", "_jax_private", "_multihost"},
+    {"_process", "_fs", "_pieces", "_zip", "_jax_private", "_multihost"},
     {"_schema", "_nodes", "_values", "_formats", "hookspecs"},
-    {"_npz", "_builtin", "_plugins", "_detect"},
+    {"_npz", "_builtin", "_plugins", "_detect", "_publish"},
     {"_encode", "_targets", "_decode", "_plain"},
     {"_checkpoint", "_async", "_state", "_inspect"},
     {"_manager", "_cli", "__init__"},

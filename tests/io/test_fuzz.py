@@ -152,7 +152,12 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     z = jio.export(_value(), root / "z.zip")
     z_none = jio.export(_value(), root / "n.zip", compression="none")
     return {
-        "manifest": json.loads((d / "manifest.json").read_text()),
+        # Without its checksum, so that a mutation reaches the parser, not the checksum.
+        "manifest": {
+            k: v
+            for k, v in json.loads((d / "manifest.json").read_text()).items()
+            if k != "checksum"
+        },
         "manifest_bytes": (d / "manifest.json").read_bytes(),
         "npz": (d / "arrays.npz").read_bytes(),
         "zip": z.read_bytes(),

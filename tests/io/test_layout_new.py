@@ -99,3 +99,33 @@ def test_auto_stores_random_jax_arrays(tmp_path: Path) -> None:
     path = jio.export(value, tmp_path / "ck")
     with zipfile.ZipFile(path / "arrays.npz") as npz:
         assert [i.compress_type for i in npz.infolist()] == [zipfile.ZIP_STORED]
+
+
+def test_a_byte_flipped_in_a_directory_manifest_string_fails_the_load(tmp_path: Path) -> None:
+    """One byte changed inside a string of manifest.json (still valid JSON, a static value)
+    fails load and inspect with our error naming the file; the manifest's checksum is its
+    last JSON member, so any JSON reader still reads the file."""
+    import json
+
+    path = jio.export({"w": np.ones(2), "name": "hello"}, tmp_path / "ck")
+    raw = (path / "manifest.json").read_bytes()
+    assert json.loads(raw)["checksum"].startswith("crc32:")
+    at = raw.index(b'"hello"') + 1
+    (path / "manifest.json").write_bytes(raw[:at] + b"j" + raw[at + 1 :])
+    json.loads((path / "manifest.json").read_bytes())  # still valid JSON
+    for attempt in (jio.load, jio.inspect):
+        with pytest.raises(SerializationError, match=r"manifest\.json does not match its checksum"):
+            attempt(path)
+    # An overwrite may still replace the damaged checkpoint (it is ours).
+    jio.export({"w": np.zeros(1)}, path, overwrite=True)
+    assert jio.load(path)["w"].tolist() == [0.0]
+
+
+def test_a_directory_manifest_without_a_checksum_still_loads(tmp_path: Path) -> None:
+    """A manifest.json written before checksums (or unzipped from a .zip) is read as it is."""
+    zipped = jio.export({"w": np.ones(2)}, tmp_path / "a.zip")
+    unzipped = tmp_path / "a"
+    with zipfile.ZipFile(zipped) as archive:
+        archive.extractall(unzipped)
+    assert b"checksum" not in (unzipped / "manifest.json").read_bytes()
+    assert jio.load(unzipped)["w"].tolist() == [1.0, 1.0]

@@ -220,3 +220,13 @@ def test_metrics_folder_removed_by_hand_is_made_again(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "run" / ".metrics")
     manager.save(1, {"w": np.ones(2)}, metrics={"loss": 0.5})
     assert manager.metrics(1) == {"loss": 0.5}
+
+
+def test_a_manager_on_a_file_is_our_error(tmp_path: Path) -> None:
+    """CheckpointManager(path of a file) is a SerializationError naming the path (it was a raw
+    NotADirectoryError)."""
+    (tmp_path / "file").write_bytes(b"x")
+    for where in (tmp_path / "file", tmp_path / "file" / "below"):
+        with pytest.raises(SerializationError, match=r"is a file, not a directory") as info:
+            jio.CheckpointManager(where)
+        assert str(where) in str(info.value)

@@ -629,3 +629,228 @@ def test_a_formats_right_read_loads(tmp_path: Path, use: Callable[..., PluginReg
     _Reading.stored.clear()
     path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
     np.testing.assert_array_equal(jio.load(path)["w"], np.arange(6.0).reshape(2, 3))
+
+
+# -- issue 36: what a checkpoint's name may not change, and what a format's write must make --
+
+
+class RootManifest(jio.Format):
+    """A directory format keeping ``manifest.json`` at its root (beside ``<key>.npy`` files)."""
+
+    name = "rootmanifest"
+    suffixes = (".rootmanifest",)
+    is_directory = True
+    drop_arrays = False
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        target.mkdir()
+        (target / "manifest.json").write_bytes(manifest)
+        (target / "ROOTMANIFEST").write_bytes(b"")
+        if not self.drop_arrays:
+            for key, arr in arrays.items():
+                np.save(target / f"{key}.npy", jio.host_array(arr))
+
+    def sniff(self, path: Any) -> bool:
+        return (Path(path) / "ROOTMANIFEST").exists()
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        return _RootOpened(Path(path))
+
+
+class _RootOpened(jio.OpenedCheckpoint):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest = (path / "manifest.json").read_bytes()
+
+    def check_members(self, table: Any) -> None:
+        held = {p.stem for p in self.path.glob("*.npy")}
+        if held != set(table):
+            raise SerializationError(f"holds {sorted(held)}, not {sorted(table)}")
+
+    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+        return {k: np.load(self.path / f"{k}.npy", allow_pickle=False) for k in wanted}
+
+
+def test_a_directory_checkpoint_named_like_a_file_format_loads(tmp_path: Path) -> None:
+    """A directory checkpoint named run.tar (the tar plugin claims .tar, for files) loads by
+    detection, without format=."""
+    assert "tar" in jio.current_registry().formats  # the example plugin is installed
+    path = jio.export(VALUE, tmp_path / "run.tar", format="directory")
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    assert jio.inspect(path).container == "directory"
+
+
+def test_a_plugin_directory_with_its_manifest_at_the_root_loads_without_its_suffix(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """The built-in directory format recognises manifest.json but cannot open this one: the
+    plugin format that recognises it reads it, whatever the checkpoint's name."""
+    use(EntryPoint("root", Dist("dist-root"), _formats_plugin(RootManifest())))
+    path = jio.export(VALUE, tmp_path / "ck.rootmanifest")
+    renamed = path.rename(tmp_path / "ck")
+    np.testing.assert_array_equal(jio.load(renamed)["w"], VALUE["w"])
+    assert jio.inspect(renamed).container == "rootmanifest"
+
+
+class Dropping(ZipFormat):
+    """A zip-based format whose write leaves out the arrays (or changes the manifest) when
+    told to, and still recognises what it wrote."""
+
+    name = "dropping"
+    suffixes = (".dropping",)
+    mode = ""
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **kw: Any) -> None:
+        if self.mode == "arrays":
+            arrays = {}
+        elif self.mode == "manifest":
+            manifest = manifest.replace(b'"w"', b'"v"')
+        super().write(target, manifest, arrays, **kw)
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [("arrays", r"does not hold the arrays given"), ("manifest", r"value tree is not the one")],
+)
+def test_a_write_that_loses_what_it_was_given_keeps_the_previous_checkpoint(
+    use: Callable[..., PluginRegistry], tmp_path: Path, mode: str, says: str
+) -> None:
+    """overwrite=True with a format whose write leaves out the arrays (or writes another
+    manifest) but passes its own sniff: refused, naming the plugin and its distribution,
+    and the previous checkpoint still loads."""
+    fmt = Dropping()
+    use(EntryPoint("drop", Dist("dist-drop"), _formats_plugin(fmt)))
+    path = jio.export(VALUE, tmp_path / "c.dropping")
+    fmt.mode = mode
+    with pytest.raises(SerializationError, match=says) as info:
+        jio.export({"w": np.zeros(2)}, path, overwrite=True)
+    assert "plugin 'drop' from distribution 'dist-drop'" in str(info.value)
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.dropping"]
+
+
+def test_a_directory_plugin_losing_its_arrays_keeps_the_previous_checkpoint(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """The same for a directory format of a plugin, through its check_members()."""
+    fmt = RootManifest()
+    use(EntryPoint("root", Dist("dist-root"), _formats_plugin(fmt)))
+    path = jio.export(VALUE, tmp_path / "c.rootmanifest")
+    fmt.drop_arrays = True
+    with pytest.raises(SerializationError, match=r"'rootmanifest'.*does not hold the arrays"):
+        jio.export(VALUE, path, overwrite=True)
+    np.testing.assert_array_equal(jio.load(path)["w"], VALUE["w"])
+
+
+class Careless(jio.Format):
+    """A directory format whose write fsyncs nothing (nested files and a subdirectory)."""
+
+    name = "careless"
+    suffixes = (".careless",)
+    is_directory = True
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        (target / "arrays").mkdir(parents=True)
+        (target / "manifest.json").write_bytes(manifest)
+        (target / "CARELESS").write_bytes(b"")
+        for key, arr in arrays.items():
+            np.save(target / "arrays" / f"{key}.npy", jio.host_array(arr))
+
+    def sniff(self, path: Any) -> bool:
+        return (Path(path) / "CARELESS").exists()
+
+
+def test_what_a_plugin_wrote_is_fsynced_before_it_is_published(
+    use: Callable[..., PluginRegistry], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file and directory a plugin format created is fsynced (on the worker threads
+    too) before export renames it into place, and the parent after."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    use(EntryPoint("careless", Dist("dist-careless"), _formats_plugin(Careless())))
+    monkeypatch.setattr(os, "fsync", spy)
+    path = jio.export({"w": np.ones(2), "b": np.zeros(3)}, tmp_path / "c.careless")
+    # Synced under the temporary name, before the rename: paths relative to that directory.
+    temp = [s.split(".jaxstruct-tmp-", 1)[1] for s in synced if ".jaxstruct-tmp-" in s]
+    seen = {rel.partition("/")[2] for rel in temp}
+    made = {str(p.relative_to(path)) for p in path.rglob("*")} | {""}
+    assert made <= seen, made - seen
+    assert str(tmp_path) in synced  # the parent, after the rename
+
+
+class Remote(jio.Format):
+    """A format of URLs (``fake://NAME``), kept in memory."""
+
+    name = "fake-remote"
+    remote_paths = True
+    publishes_atomically = True
+    stored: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        Remote.stored[target] = (manifest, {k: np.asarray(v) for k, v in arrays.items()})
+
+    def sniff(self, path: Any) -> bool:
+        return isinstance(path, str) and path in Remote.stored
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        manifest, held = Remote.stored[path]
+
+        class Opened(jio.OpenedCheckpoint):
+            def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+                return {k: held[k] for k in wanted}
+
+        opened = Opened()
+        opened.manifest = manifest
+        return opened
+
+
+def test_inspect_takes_the_urls_load_takes(use: Callable[..., PluginRegistry]) -> None:
+    """inspect("fake://ck") describes what load("fake://ck") reads (it took the URL for a
+    local path and found nothing)."""
+    use(EntryPoint("remote", Dist("dist-remote"), _formats_plugin(Remote())))
+    jio.export(VALUE, "fake://ck", format="fake-remote")
+    np.testing.assert_array_equal(jio.load("fake://ck")["w"], VALUE["w"])
+    info = jio.inspect("fake://ck")
+    assert info.container == "fake-remote" and info.path == "fake://ck"
+
+
+def test_a_directory_read_as_a_file_format_is_our_error(tmp_path: Path) -> None:
+    """load(a directory, format="tar") is a SerializationError saying what is wrong (it was
+    the tar plugin's IsADirectoryError)."""
+    assert "tar" in jio.current_registry().formats  # the example plugin is installed
+    path = jio.export(VALUE, tmp_path / "ck")
+    with pytest.raises(SerializationError, match=r"is a directory, and the 'tar' format reads"):
+        jio.load(path, format="tar")
+    with pytest.raises(SerializationError, match=r"is a file, and the 'directory' format reads"):
+        jio.load(jio.export(VALUE, tmp_path / "f.zip"), format="directory")
+
+
+def test_a_declined_write_async_writes_once_in_the_background(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """A self-publishing format whose write_async returns None (it declines) is written once,
+    by write() in the background, from private copies of the arrays."""
+
+    class Declining(Remote):
+        name = "declining"
+        writes: list[str] = []
+
+        def write(self, target: Any, manifest: bytes, arrays: Any, **kw: Any) -> None:
+            Declining.writes.append(target)
+            super().write(target, manifest, arrays, **kw)
+
+        def write_async(self, *args: Any, **kw: Any) -> None:
+            return None
+
+    use(EntryPoint("declining", Dist("dist-declining"), _formats_plugin(Declining())))
+    handle = jio.export(VALUE, "fake://declined", format="declining", blocking=False)
+    handle.wait(timeout=60)
+    assert Declining.writes == ["fake://declined"]
+    np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])

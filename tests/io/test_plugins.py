@@ -462,3 +462,21 @@ def test_register_format_refuses_a_multi_dot_suffix() -> None:
     reg = PluginRegistry(entry_points=list, autoload=True)
     with pytest.raises(PluginError, match=r"'\.tar\.gz'.*claim '\.gz'"):
         reg._register_single(_TarGz(), "register_format")  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_clash_is_listed_on_both_plugins() -> None:
+    """After two plugins register one name, plugins() shows the clash on the first one too
+    (it was listed as loaded with no problem)."""
+    eps = [
+        FakeEntryPoint("a", FakeDist("dist-one"), plugin=_codec_plugin("money")),
+        FakeEntryPoint("b", FakeDist("dist-two"), plugin=_codec_plugin("money", cls=Euro)),
+    ]
+    reg = PluginRegistry(entry_points=lambda: eps, autoload=True)
+    with pytest.warns(PluginWarning):
+        infos = {p.name: p for p in reg.plugins()}
+    for name in ("a", "b"):
+        assert any(
+            "codec name 'money'" in problem and "'dist-one'" in problem and "'dist-two'" in problem
+            for problem in infos[name].problems
+        ), infos[name]
+    assert "problem: codec name 'money'" in str(infos["a"])

@@ -230,6 +230,18 @@ def test_load_reads_the_parked_checkpoint_after_a_kill(tmp_path: Path) -> None:
         jio.load(tmp_path / "other")
 
 
+def test_inspect_reads_the_parked_checkpoint_as_load_does(tmp_path: Path) -> None:
+    """After kill -9 between the renames, inspect describes the parked checkpoint (load reads
+    it), instead of raising FileNotFoundError."""
+    path = jio.export({"tag": "old"}, tmp_path / "ck")
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(path)], env=ENV, check=False, timeout=120
+    )
+    assert proc.returncode == -9 and not path.exists()
+    info = jio.inspect(path)
+    assert info.container == "directory" and "'old'" in info.tree
+
+
 # Exports over an existing checkpoint, then leaves with os._exit as multiprocessing
 # workers do: nothing may be left to a thread that os._exit cuts short.
 EXIT_AFTER_OVERWRITE = textwrap.dedent(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,21 +9,19 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError, StructError
 
+from . import _process
 from ._formats import PendingWrite, host_array
 
 _lock = threading.Lock()
 _in_flight: dict[str, ExportHandle] = {}
 
 
+@_process.at_fork
 def _forget_in_child() -> None:
     """After a fork: the parent's background writes run in threads the child does not have."""
     global _lock
     _lock = threading.Lock()
     _in_flight.clear()
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class ExportHandle:

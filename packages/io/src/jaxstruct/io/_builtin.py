@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jaxstruct.registry import SerializationError
+from zlib_ng.zlib_ng import crc32
 
 from . import _zip
 from ._formats import Format
-from ._fs import ARRAYS, MANIFEST, fsync_all, open_noatime, open_regular, read_all
+from ._fs import (
+    ARRAYS,
+    MANIFEST,
+    fsync_all,
+    identity,
+    open_noatime,
+    open_regular,
+    read_all,
+    stat_identity,
+)
 from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
 from ._schema import DEFAULT_LIMITS, Limits, check_node_budget, parse_manifest
@@ -28,16 +39,47 @@ def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationErr
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
+# A directory checkpoint's manifest.json ends with its own CRC-32, as one more member
+# of its JSON object: ``,"checksum":"crc32:<8 hex digits>"}``, the CRC of every byte
+# before the comma. (A .zip's manifest member has the zip's CRC.) The directory stays
+# the specification's two files, readable by any JSON reader, and reading it costs
+# no system call more. A manifest without it (written before, or unzipped from a .zip
+# checkpoint) is read as it is.
+_CHECKSUM_TAIL = re.compile(rb',\s*"checksum"\s*:\s*"crc32:([0-9a-f]{8})"\s*\}\s*\Z')
+_TAIL_ROOM = 64  # the tail is 36 bytes as written; room for whitespace
+
+
+def _with_checksum(manifest: bytes) -> bytes:
+    """``manifest`` (a JSON object) with its CRC-32 as its last member."""
+    head = manifest.rstrip()[:-1]  # without the closing brace
+    return b'%s,"checksum":"crc32:%08x"}\n' % (head, crc32(head))
+
+
+def _checked_manifest(data: bytes, where: str, *, check: bool = True) -> bytes:
+    """The manifest of ``manifest.json``'s bytes, its checksum checked and taken off."""
+    start = max(0, len(data) - _TAIL_ROOM)
+    found = _CHECKSUM_TAIL.search(data, start)
+    if found is None:
+        return data
+    end = found.start()
+    if check:
+        stored, computed = int(found.group(1), 16), crc32(memoryview(data)[:end])
+        if stored != computed:
+            raise SerializationError(
+                f"{where}: manifest.json does not match its checksum (stored crc32 "
+                f"{stored:08x}, computed {computed:08x}): it was changed or damaged after it "
+                "was written; restore the checkpoint from a copy (after editing it on purpose, "
+                'delete its last member, "checksum")'
+            )
+    return data[:end] + b"}"  # one copy: a big manifest's costs more than its CRC
+
+
 #: The manifests this process wrote, by identity (device, inode, size, modification
 #: and change times in ns): ``owns`` knows those without reading them again. An edited
 #: or replaced file has another identity and is read; a forked child inherits the set,
 #: which stays true there.
 _WRITTEN: set[tuple[int, ...]] = set()
 _WRITTEN_MAX = 1024
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _create(path: Path) -> Any:
@@ -77,12 +119,8 @@ def _open_pair(path: Path) -> tuple[int, int, int, int]:
 
 def _replaced(dirfd: int, path: Path) -> bool:
     """Whether ``path`` now names another directory than the one open as ``dirfd``."""
-    try:
-        now = os.stat(path)
-    except OSError:
-        return False
-    opened = os.fstat(dirfd)
-    return (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
+    now = identity(path)
+    return now is not None and now != stat_identity(os.fstat(dirfd))
 
 
 class DirectoryFormat(Format):
@@ -108,7 +146,7 @@ class DirectoryFormat(Format):
             _zip.write_zip(npz, npz_members(arrays), compression=compression, after_member=step)
             step("arrays-written")
             with _create(target / MANIFEST) as man:
-                man.write(manifest)
+                man.write(_with_checksum(manifest))
                 step("manifest-written")
                 dirfd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
                 try:
@@ -117,7 +155,7 @@ class DirectoryFormat(Format):
                     os.close(dirfd)
                 if len(_WRITTEN) >= _WRITTEN_MAX:
                     _WRITTEN.clear()
-                _WRITTEN.add(_identity(os.fstat(man.fileno())))
+                _WRITTEN.add(stat_identity(os.fstat(man.fileno())))
         step("temp-synced")
 
     def sniff(self, path: Path) -> bool:
@@ -129,7 +167,7 @@ class DirectoryFormat(Format):
         try:
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return False
-            if _identity(os.lstat(path / MANIFEST)) in _WRITTEN:
+            if identity(path / MANIFEST, follow=False) in _WRITTEN:
                 return True  # as this process wrote it
             fd, size = open_regular(path / MANIFEST, follow=False)
         except (OSError, SerializationError):
@@ -137,7 +175,9 @@ class DirectoryFormat(Format):
         try:
             if size > DEFAULT_LIMITS.max_manifest_bytes:
                 return False
-            return _is_our_manifest(read_all(fd, size, repr(str(path))), self)
+            data = read_all(fd, size, repr(str(path)))
+            # Whether it is ours, not whether it is sound: a damaged checkpoint may be replaced.
+            return _is_our_manifest(_checked_manifest(data, MANIFEST, check=False), self)
         except (OSError, SerializationError):
             return False
         finally:
@@ -149,7 +189,7 @@ class DirectoryFormat(Format):
         try:
             if size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, size, limits)
-            manifest = read_all(fd, size, where)
+            manifest = _checked_manifest(read_all(fd, size, where), where)
             check_node_budget(manifest, where, limits.max_nodes)
             if arrays_fd < 0:
                 raise SerializationError(f"{where}: arrays.npz is missing")
@@ -261,9 +301,9 @@ class ZipFormat(Format):
         except BaseException:
             os.close(fd)
             raise
-        opened = NpzCheckpoint(fd, inner, f"{where} (arrays.npz)", manifest, frozenset())
-        opened.container = npz
-        return opened
+        return NpzCheckpoint(
+            fd, inner, f"{where} (arrays.npz)", manifest, frozenset(), container=npz
+        )
 
 
 def _is_our_manifest(data: bytes, fmt: Format) -> bool:
@@ -272,4 +312,4 @@ def _is_our_manifest(data: bytes, fmt: Format) -> bool:
         top = parse_manifest(data, MANIFEST)
     except SerializationError:
         return False
-    return top["container"] in (fmt.name, *getattr(fmt, "also_reads", ()))
+    return top["container"] in (fmt.name, *fmt.also_reads)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -14,264 +13,15 @@ from jaxstruct.registry import SerializationError
 from . import _async, _fs, _multihost
 from ._async import ExportHandle
 from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
-from ._detect import format_for_export, is_checkpoint, open_any, read_checked, write_checked
+from ._detect import format_for_export, open_any, read_checked
 from ._encode import encode_state
-from ._formats import ArraySpec, Format, OpenedCheckpoint, PendingWrite, RemoteDirectory
+from ._formats import ArraySpec, OpenedCheckpoint, PendingWrite
 from ._plain import Rename, load_plain
-from ._schema import Limits, check_arrays_table, dump_manifest, limits_from_kwargs
+from ._publish import Publication, local_or_url, local_paths_only
+from ._schema import check_arrays_table, dump_manifest, limits_from_kwargs
 from ._targets import match_target, mesh_placements
 
 _COMPRESSIONS = ("auto", "deflate", "none")
-
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def is_url(path: str) -> bool:
-    """Return whether ``path`` looks like a URL (``gs://bucket/ck``, ``memory://x``)."""
-    return _URL.match(path) is not None
-
-
-def local_paths_only(where: str, fmt: Format) -> SerializationError:
-    """The refusal of a URL by a format that writes local paths only."""
-    return SerializationError(
-        f"{where}: the {fmt.name!r} format writes local paths only (nothing was written); use "
-        'format="orbax" (pip install jaxstruct-orbax) for remote storage, or give a local (or '
-        "mounted) path"
-    )
-
-
-def _local_or_url(path: str | os.PathLike[str], what: str) -> Any:
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
-    return text if is_url(text) else Path(text)
-
-
-def _check_existing(target: Any, fmt: Format, overwrite: bool) -> bool:
-    """Refuse an existing target that may not be replaced; return whether one exists (ours)."""
-    if isinstance(target, str):
-        if overwrite and not _replaces_at_urls(fmt):
-            raise SerializationError(
-                f"{target!r}: the {fmt.name!r} format cannot replace a checkpoint at a URL "
-                '(overwrite=True); export to a new path, or use format="orbax"'
-            )
-        return False  # the format itself refuses an existing one; overwrite stages the new
-    if os.path.lexists(target):
-        if not overwrite:
-            raise FileExistsError(
-                f"{str(target)!r} already exists; pass overwrite=True to replace it, or choose "
-                "another path"
-            )
-        # The format's cheap owns() check if it has one (the built-ins read a few bytes),
-        # else a full open of the checkpoint.
-        if not _ours(target, fmt):
-            raise SerializationError(
-                f"{str(target)!r} exists and is not a jaxstruct {fmt.name} checkpoint; "
-                "overwrite=True only replaces checkpoints. Remove it yourself, or choose "
-                "another path"
-            )
-        return True
-    return False
-
-
-def _ours(target: Path, fmt: Format) -> bool:
-    """Whether the existing ``target`` is a checkpoint of ``fmt``: its cheap ``owns`` if it
-    has one, else a full open. Swapped by another writer while it is looked at, it is
-    looked at again (gone: then nothing of someone else's is replaced)."""
-    owns = getattr(fmt, "owns", None)
-    seen: tuple[int, ...] | None = None
-    for _ in range(4):
-        if owns(target) if owns is not None else is_checkpoint(target, fmt):
-            return True
-        now = _identity(target)
-        if now is None:
-            return True  # gone: publishing finds out and publishes as new
-        if now == seen:
-            return False  # the same file or directory, refused twice
-        seen = now
-    return False
-
-
-def _identity(path: Path) -> tuple[int, ...] | None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
-
-
-def _replaces_at_urls(fmt: Format) -> bool:
-    """Whether ``fmt`` can replace a checkpoint at a URL: it publishes atomically and its
-    remote directory stages replacements."""
-    remote = fmt.remote_directory() if fmt.publishes_atomically else None
-    return remote is not None and (
-        type(remote).stage_replacement is not RemoteDirectory.stage_replacement
-    )
-
-
-def _replaces(target: Any, overwrite: bool) -> bool:
-    return overwrite and (isinstance(target, str) or os.path.lexists(target))
-
-
-def _replace_atomically(
-    target: Any, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
-) -> None:
-    """Overwrite with a self-publishing format: every process writes the same temporary
-    sibling (a multi-process format writes collectively), then process 0 swaps it in.
-    At a URL the format's remote directory stages the replacement and swaps it in."""
-    if isinstance(target, str):
-        _replace_at_url(target, fmt, manifest, arrays, compression)
-        return
-    primary = _multihost.is_primary()
-    name = _fs.temp_sibling(target).name if primary else ""
-    tmp = target.with_name(_multihost.agree("overwrite-name", name, path=repr(str(target))))
-    error = _write_collectively(
-        fmt, tmp, target, manifest, arrays=arrays, compression=compression, publishing=True
-    )
-    if primary and error is None:
-        old: Path | None = None
-        try:
-            old = _fs.exchange(tmp, target)
-            _fs.fsync_dir(target.parent)
-            _fs.step("published")
-        except BaseException as err:
-            error = _fs.write_error(target, err) if isinstance(err, OSError) else err
-        finally:
-            _fs.remove(old if old is not None else tmp)
-    elif primary:
-        _fs.remove(tmp)
-    _multihost.share_outcome("overwrite-publish", error, path=repr(str(target)))
-    if error is not None:
-        raise error
-    _fs.step("done")
-
-
-def _write_collectively(
-    fmt: Format,
-    path: Any,
-    target: Any,
-    manifest: bytes,
-    *,
-    arrays: Mapping[str, Any],
-    compression: str,
-    publishing: bool,
-) -> BaseException | None:
-    """Write at ``path`` in every process; return process 0's failure (for the caller to
-    share with the others before raising it), raise another's at once.
-
-    Only process 0 checks what was written: it alone publishes, and the others may
-    look only after it has (a temporary sibling is gone by then).
-    """
-    check = _multihost.is_primary()
-    try:
-        write_checked(fmt, path, manifest, arrays, compression, publishing=publishing, check=check)
-    except BaseException as err:
-        if not isinstance(err, OSError):
-            if not check:
-                raise
-            return err
-        error = _fs.write_error(target, err)
-        error.__cause__ = err
-        if not check:
-            raise error from err
-        return error
-    return None
-
-
-def _replace_at_url(
-    target: str, fmt: Format, manifest: bytes, arrays: Mapping[str, Any], compression: str
-) -> None:
-    """Overwrite at a URL (no rename there): process 0 stages the new checkpoint beside the
-    old one, every process writes it, process 0 swaps it in (the format's remote directory)."""
-    remote = fmt.remote_directory()
-    primary = _multihost.is_primary()
-    where = repr(target)
-    error: BaseException | None = None
-    staged = ""
-    if primary:
-        try:
-            staged = remote.stage_replacement(target)
-        except BaseException as err:
-            error = err
-    _multihost.share_outcome("overwrite-stage", error, path=where)
-    if error is not None:
-        raise error
-    staged = _multihost.agree("overwrite-name", staged, path=where)
-    error = _write_collectively(
-        fmt, staged, target, manifest, arrays=arrays, compression=compression, publishing=True
-    )
-    if error is not None and staged != target:
-        remote.delete_checkpoint(staged)  # (only process 0 comes here with an error)
-    if primary and staged != target and error is None:
-        try:
-            remote.commit_replacement(staged, target)
-            _fs.step("published")
-        except BaseException as err:
-            error = err
-    _multihost.share_outcome("overwrite-publish", error, path=where)
-    if error is not None:
-        raise error
-    _fs.step("done")
-
-
-def _write_everywhere(
-    target: Any,
-    fmt: Format,
-    manifest: bytes,
-    arrays: Mapping[str, Any],
-    *,
-    overwrite: bool,
-    compression: str,
-    background: bool = False,
-    checked: bool = False,
-) -> PendingWrite | None:
-    """Write and publish the checkpoint (in this thread); return a format's own pending write."""
-    single_writer = not fmt.multiprocess and _multihost.process_count() > 1
-    if fmt.publishes_atomically and not single_writer:
-        if _replaces(target, overwrite):
-            _replace_atomically(target, fmt, manifest, arrays, compression)
-            return None
-        if background:
-            pending = fmt.write_async(
-                target, manifest, arrays, compression=compression, step=_fs.step
-            )
-            if pending is not None:
-                return pending
-        error = _write_collectively(
-            fmt, target, target, manifest, arrays=arrays, compression=compression, publishing=False
-        )
-        _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
-        if error is not None:
-            raise error
-        _fs.step("published")
-        _fs.step("done")
-        return None
-    # Written at a temporary sibling and published by _fs.publish. A single-writer
-    # format in a multi-process run: process 0 checks the path and writes; the others
-    # wait for its word and fail as it failed (they never look at the path themselves:
-    # process 0 may already have published there).
-    error: BaseException | None = None
-    if not single_writer or _multihost.is_primary():
-        try:
-            if single_writer:
-                checked = _check_existing(target, fmt, overwrite)
-            _fs.publish(
-                target,
-                lambda tmp: write_checked(fmt, tmp, manifest, arrays, compression, publishing=True),
-                overwrite=overwrite,
-                check_existing=lambda: _check_existing(target, fmt, overwrite),
-                checked=checked,
-            )
-        except BaseException as err:
-            if not single_writer:
-                raise
-            error = err
-    if single_writer:
-        _multihost.share_outcome(f"export-{fmt.name}", error, path=repr(str(target)))
-    if error is not None:
-        raise error
-    return None
 
 
 @overload
@@ -375,7 +125,7 @@ def export(
         raise TypeError(f"blocking expected a bool, got {blocking!r}")
     text = os.fspath(path)
     fmt = format_for_export(text if isinstance(text, str) else "", format)
-    target = _local_or_url(path, "export")
+    target = local_or_url(path, "export")
     if isinstance(target, Path):
         target = target.absolute()
     elif not fmt.remote_paths:
@@ -384,49 +134,26 @@ def export(
     # A new export to a path waits for the previous non-blocking one to finish.
     _async.wait_for_previous(key)
     _fs.step("start")
-    single_writer = not fmt.multiprocess and _multihost.process_count() > 1
-    if fmt.multiprocess and _multihost.process_count() > 1:
-        # Every process writes collectively: one that never comes is named here,
-        # within the timeout, before any process starts writing.
-        _multihost.barrier("export-start", path=repr(key))
-    found = False
-    if not single_writer:  # otherwise process 0 alone checks, when it writes
-        found = _check_existing(target, fmt, overwrite)
+    publication = Publication(target, fmt, overwrite)  # refuses what may not be replaced
     # Encode everything before touching the disk: an unrepresentable value
     # fails here and nothing is written.
     state = encode_state(obj)
     manifest = dump_manifest(state, fmt.name)
     arrays: dict[str, Any] = state["array_data"]
-    if single_writer:
-        _multihost.check_primary_holds(arrays, fmt.name, repr(key))
+    publication.refuse_unheld(arrays)
     _fs.step("encoded")
     if blocking:
-        _write_everywhere(
-            target,
-            fmt,
-            manifest,
-            arrays,
-            overwrite=overwrite,
-            compression=compression,
-            checked=found,
-        )
+        publication.run(manifest, arrays, compression)
         return target
     handle = _async.ExportHandle(target, key)
-    write = functools.partial(
-        _write_everywhere, target, fmt, manifest, overwrite=overwrite, compression=compression
-    )
-    if (
-        type(fmt).write_async is Format.write_async
-        or not fmt.publishes_atomically
-        or _replaces(target, overwrite)
-    ):
-        # The format writes synchronously: copy what the caller may change or donate
-        # now, and write from those private copies in a background thread.
-        work = functools.partial(write, {k: _async.host_copy(v) for k, v in arrays.items()})
+    pending = publication.start(manifest, arrays, compression)
+    if pending is not None:  # the format's own background write took its own copies
+        work: Callable[[], PendingWrite | None] = lambda: pending
     else:
-        # The format's own asynchronous write takes its own copies before returning.
-        pending = write(arrays, background=True)
-        work = lambda: pending
+        # Copy what the caller may change or donate now, and write from those
+        # private copies in a background thread.
+        copies = {k: _async.host_copy(v) for k, v in arrays.items()}
+        work = functools.partial(publication.run, manifest, copies, compression)
     _async.register(handle)
     handle._start(work)
     return handle
@@ -517,9 +244,9 @@ def load(
     resolver = Resolver(load_cls, allow_imports)
     if not isinstance(strict_mesh, bool):
         raise TypeError(f"strict_mesh expected a bool, got {strict_mesh!r}")
-    where_path = _local_or_url(path, "load")
+    where_path = local_or_url(path, "load")
     where = repr(str(where_path))
-    fmt, opened, top = _open_or_parked(where_path, lim, format)
+    fmt, opened, top = open_any(where_path, lim, format)
     if top is None:
         try:
             return load_plain(fmt, opened, target=target, rename=rename, select=select, where=where)
@@ -585,27 +312,6 @@ def load(
         codec_named=outside_selection(list(stand_ins.values())) if stand_ins else None,
     )
     return value if select is None else select(value)
-
-
-def _open_or_parked(
-    path: Any, lim: Limits, format: str | None
-) -> tuple[Format, OpenedCheckpoint, dict[str, Any] | None]:
-    """Open ``path``, or the checkpoint parked beside it while a two-rename overwrite runs."""
-    for _ in range(3):
-        try:
-            return open_any(path, lim, format)
-        except FileNotFoundError:
-            if not isinstance(path, Path):
-                raise
-            found = _fs.parked(Path(os.path.abspath(path)))
-            if not found and not os.path.lexists(path):
-                raise
-        for candidate in found:
-            try:
-                return open_any(candidate, lim, format)
-            except (FileNotFoundError, SerializationError):
-                continue  # being deleted: the new checkpoint is in place by now
-    return open_any(path, lim, format)
 
 
 def _on_mesh(

@@ -11,7 +11,7 @@ import numpy as np
 from jaxstruct.registry import SerializationError
 
 from ._nodes import ARRAY_TAGS, TREE_ROLES, children, escape_step, tree_step
-from ._schema import Limits
+from ._schema import DEFAULT_LIMITS, Limits, parse_manifest
 
 
 class ManifestNode(NamedTuple):
@@ -259,10 +259,9 @@ def place(host: np.ndarray, placement: Placement) -> Any:
 class OpenedCheckpoint:
     """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
 
-    A format storing checksums may also define ``verify(table) -> list[str]``,
-    checking every array against its checksum (one message per bad array);
-    ``jaxstruct inspect --verify`` uses it. Without it, ``--verify`` reads the
-    arrays one at a time and reports that no checksums were checked.
+    Two methods are optional (their defaults check nothing): :meth:`verify`, for
+    a format storing checksums, and :meth:`check_members`, which export uses to
+    check what a format wrote before it replaces a previous checkpoint.
 
     ``manifest`` is ``None`` for a file of the format that another tool wrote,
     without a jaxstruct manifest: :meth:`tensors` then lists what it holds, and
@@ -306,6 +305,23 @@ class OpenedCheckpoint:
         """
         return None
 
+    def verify(self, table: ArrayTable) -> list[str] | None:
+        """Check every stored array against its checksum; one message per bad array.
+
+        ``jaxstruct inspect --verify`` uses it. The default (``None``: this format
+        stores no checksums) makes ``--verify`` read the arrays one at a time and
+        report that no checksums were checked.
+        """
+        return None
+
+    def check_members(self, table: ArrayTable) -> None:
+        """Raise ``SerializationError`` unless the checkpoint holds exactly the arrays of
+        ``table`` (names, and shapes and dtypes or sizes), reading none of their data.
+
+        Export calls it on what :meth:`Format.write` made before that replaces a
+        previous checkpoint. The default checks nothing.
+        """
+
     def close(self) -> None:
         """Release the files."""
 
@@ -338,6 +354,9 @@ class Format:
         multiprocess: whether :meth:`write` and :meth:`open` are called in every
             process of a multi-process run (collectively); otherwise only the
             primary process writes, and arrays it does not hold are refused.
+        also_reads: other formats' names a manifest of this format's checkpoints
+            may record as its ``container`` (a directory checkpoint zipped by hand
+            is a zip checkpoint); default none.
 
     Example:
         >>> import jaxstruct.io as jio
@@ -352,6 +371,7 @@ class Format:
     remote_paths: bool = False
     publishes_atomically: bool = False
     multiprocess: bool = False
+    also_reads: tuple[str, ...] = ()
 
     def write(
         self,
@@ -406,6 +426,28 @@ class Format:
     def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Open ``path`` for reading, enforcing ``limits`` before allocating."""
         raise NotImplementedError
+
+    def owns(self, path: Any) -> bool:
+        """Return whether the existing ``path`` is a jaxstruct checkpoint of this format:
+        only those are replaced by ``export(..., overwrite=True)``.
+
+        The default asks :meth:`sniff`, then :meth:`open` and reads the manifest's
+        ``container`` (it must be :attr:`name` or in :attr:`also_reads`). Override
+        it with a cheaper check that is as certain (a few bytes of the file).
+        """
+        if not self.sniff(path):
+            return False
+        opened = self.open(path, DEFAULT_LIMITS)
+        try:
+            manifest = opened.manifest
+        finally:
+            opened.close()
+        if manifest is None:
+            return False
+        return parse_manifest(manifest, repr(str(path)))["container"] in (
+            self.name,
+            *self.also_reads,
+        )
 
     def remote_directory(self) -> Any:
         """Return a :class:`RemoteDirectory` for a ``CheckpointManager`` at a URL, or ``None``.

@@ -1,13 +1,11 @@
-"""Bytes on disk: worker pools, the paused collector, safe opens, fsyncs, CRC-32, atomic publish."""
+"""Bytes on disk: safe opens, fsyncs, temporaries, atomic renames, parked checkpoints, debris."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import ctypes
 import errno
 import functools
-import gc
 import hashlib
 import os
 import secrets
@@ -15,20 +13,24 @@ import shutil
 import socket
 import stat
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-# zlib-ng computes CRC-32 several times faster than zlib (23 against 3-4 GB/s here)
-# and has crc32_combine (the CRC of a concatenation from its parts'), which zlib lacks.
-from zlib_ng.zlib_ng import crc32, crc32_combine
+from . import _process
 
-T = TypeVar("T")
+# The process-wide state (pools, CRC threads, the collector pause) lives in _process;
+# these names stay importable from here for the formats that use them.
+from ._process import WORKERS as WORKERS  # noqa: PLC0414
+from ._process import CrcParts as CrcParts  # noqa: PLC0414
+from ._process import crc_pool as crc_pool  # noqa: PLC0414
+from ._process import paused as paused  # noqa: PLC0414
+from ._process import pool as pool  # noqa: PLC0414
+from ._process import submit as submit  # noqa: PLC0414
 
 
 class CheckpointWriteError(OSError, SerializationError):
@@ -37,98 +39,6 @@ class CheckpointWriteError(OSError, SerializationError):
     It carries the ``errno`` of the underlying ``OSError`` (``ENOSPC`` for a
     full disk), which is kept as its ``__cause__``.
     """
-
-
-WORKERS = max(1, min(8, os.cpu_count() or 1))
-_CRC_WORKERS = 2
-
-_POOLS: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
-_POOL_LOCK = threading.Lock()
-
-
-def _lazy_pool(name: str, workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    found = _POOLS.get(name)
-    if found is None:
-        with _POOL_LOCK:
-            found = _POOLS.get(name)
-            if found is None:
-                found = _POOLS[name] = concurrent.futures.ThreadPoolExecutor(
-                    workers, thread_name_prefix=name
-                )
-    return found
-
-
-def _forget_in_child() -> None:
-    """Drop the parent's pools (threads a fork did not copy) and its possibly held lock."""
-    global _POOL_LOCK
-    _POOLS.clear()
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
-def pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Return the worker pool (compression, fsyncs, removal of old checkpoints)."""
-    return _lazy_pool("jaxstruct-io", WORKERS)
-
-
-def crc_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Return the two threads that check the CRCs of big members while they are read."""
-    return _lazy_pool("jaxstruct-io-crc", _CRC_WORKERS)
-
-
-def submit(
-    workers: Callable[[], concurrent.futures.ThreadPoolExecutor], fn: Callable[..., T], *args: Any
-) -> Future[T]:
-    """Run ``fn(*args)`` on a pool, or on this thread once pools take no more work: at
-    interpreter exit, a background export still running must finish, not fail."""
-    try:
-        return workers().submit(fn, *args)
-    except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-        done: Future[T] = Future()
-        try:
-            done.set_result(fn(*args))
-        except BaseException as err:
-            done.set_exception(err)
-        return done
-
-
-_lock = threading.Lock()
-_holders = 0  # blocks inside paused(), in every thread
-_restore = False  # whether the collector was on when the first of them entered
-
-
-def _reset_in_child() -> None:
-    """After a fork: a fresh lock, and no pause held by threads the child does not have."""
-    global _lock, _holders
-    _lock = threading.Lock()
-    if _holders:
-        _holders = 0
-        if _restore:
-            gc.enable()
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
-
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """Keep the cyclic collector off inside the block (restoring its previous state)."""
-    global _holders, _restore
-    with _lock:
-        if _holders == 0:
-            _restore = gc.isenabled()
-            gc.disable()
-        _holders += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            if _holders:  # zero when a fork reset the count inside this block
-                _holders -= 1
-                if _holders == 0 and _restore:
-                    gc.enable()
 
 
 _NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
@@ -217,23 +127,6 @@ def fsync_all(files: list[int], directories: list[int]) -> None:
         future.result()
 
 
-class CrcParts:
-    """The CRC-32 of consecutive pieces, computed apart on the CRC threads, combined in order."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start  # the CRC of what was read before
-        self.parts: list[tuple[concurrent.futures.Future[int], int]] = []
-
-    def add(self, piece: memoryview) -> None:
-        self.parts.append((submit(crc_pool, crc32, piece), piece.nbytes))
-
-    def result(self) -> int:
-        crc = self.start
-        for future, size in self.parts:
-            crc = crc32_combine(crc, future.result(), size)
-        return crc
-
-
 # Test hook: called with the name of each step boundary of an export.
 STEP_HOOK: Callable[[str], None] | None = None
 
@@ -271,6 +164,51 @@ def temp_sibling(target: Path, kind: str = _TMP) -> Path:
     """Return a fresh temporary path next to ``target`` (tagged with host and pid)."""
     name = f".{target.name}{kind}{host_tag()}-{os.getpid()}-{secrets.token_hex(6)}"
     return target.with_name(name)
+
+
+def identity(path: Any, *, follow: bool = True) -> tuple[int, ...] | None:
+    """What changes when ``path`` is replaced or edited (device, inode, size, modification
+    and change times), or ``None`` when nothing is there: "has this file changed"."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat_identity(st)
+
+
+def stat_identity(st: os.stat_result) -> tuple[int, ...]:
+    """:func:`identity` of a file already stat-ed (``os.fstat`` of an open one)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def fsync_tree(path: Path) -> None:
+    """fsync the file ``path``, or every file and directory under the directory ``path``
+    (itself included), many at the same time (symbolic links are not followed)."""
+    files: list[Path] = []
+    directories: list[Path] = []
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, names in os.walk(path):
+            directories.append(Path(root))
+            for name in names:
+                entry = Path(root) / name
+                if entry.is_file() and not entry.is_symlink():
+                    files.append(entry)
+            dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+    else:
+        files.append(path)
+    entries = [(entry, False) for entry in files] + [(entry, True) for entry in directories]
+    batch = 64  # descriptors open at once
+    for start in range(0, len(entries), batch):
+        fds: list[int] = []
+        dir_fds: list[int] = []
+        try:
+            for entry, is_dir in entries[start : start + batch]:
+                fd = os.open(entry, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                (dir_fds if is_dir else fds).append(fd)
+            fsync_all(fds, dir_fds)
+        finally:
+            for fd in fds + dir_fds:
+                os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -457,7 +395,7 @@ def exchange(src: Path, dst: Path) -> Path:
     return old
 
 
-def _make_parents(directory: Path) -> None:
+def make_parents(directory: Path) -> None:
     """Create ``directory`` and its missing parents, each made durable in its own parent."""
     missing: list[Path] = []
     here = directory
@@ -485,105 +423,32 @@ def write_error(target: Any, err: OSError) -> CheckpointWriteError:
     )
 
 
-def publish(
-    target: Path,
-    write: Callable[[Path], None],
-    *,
-    overwrite: bool,
-    check_existing: Callable[[], bool],
-    checked: bool = False,
-) -> None:
-    """Create a checkpoint at ``target`` so that a crash never loses the one already there.
-
-    ``check_existing`` refuses an existing ``target`` that may not be replaced and
-    returns whether one exists; ``checked``: the caller has already called it.
-    """
-    # ``checked``: the caller saw our checkpoint there; if it has vanished since,
-    # the swap below finds out and publishes as new.
-    exists = checked or check_existing()
-    checked = exists
-    if not exists:
-        try:
-            _make_parents(target.parent)
-        except OSError as err:
-            raise write_error(target, err) from err
-    if not exists or target not in _SWEPT:
-        # Debris is swept whenever the target is missing (a parked checkpoint may
-        # need recovery) and at the first overwrite of a target in this process.
-        clean_debris(target)
-        if exists:
-            if len(_SWEPT) >= _SWEPT_MAX:
-                _SWEPT.clear()
-            _SWEPT.add(target)
-    if not checked:  # a parked checkpoint may have been recovered
-        checked = check_existing()
-    tmp = temp_sibling(target)
-    old: Path | None = None
-    moved = False  # whether tmp is in place (then nothing of it is left to remove)
-    try:
-        try:
-            write(tmp)
-        except OSError as err:
-            raise write_error(target, err) from err
-        step("written")
-        while True:
-            if os.path.lexists(target):
-                if not checked:
-                    check_existing()  # someone else created it during this export
-                try:
-                    old = exchange(tmp, target)
-                    moved = True
-                    break
-                except FileNotFoundError:
-                    continue  # it vanished again: publish as new
-                except FileExistsError:
-                    checked = False  # another writer published meanwhile: check it, swap again
-                    continue
-            try:
-                rename_noreplace(tmp, target)
-                moved = True
-                break
-            except FileExistsError:
-                if not overwrite:
-                    raise FileExistsError(
-                        f"{str(target)!r} was created by someone else during this export; "
-                        "pass overwrite=True to replace it"
-                    ) from None
-                checked = False
-        # The swapped-out old checkpoint is deleted on the pool while the parent is
-        # fsynced (both wait on the disk, which serves them together), and waited for.
-        deleting = _delete_soon(old) if old is not None else None
-        try:
-            fsync_dir(target.parent)
-            step("published")
-        finally:
-            if deleting is not None:
-                deleting.result()
-                old = None
-    finally:
-        # On failure, the half-written temporary (or the old checkpoint, if a
-        # failure came before its deletion). The target itself is never touched here.
-        if old is not None:
-            _remove_old(old)
-        elif not moved:
-            remove(tmp)
-    step("done")
+def sweep_debris(target: Path, exists: bool) -> None:
+    """Sweep the leftovers of ``target``'s finished writers: whenever ``target`` is missing
+    (a parked checkpoint may need recovery) and at its first overwrite in this process."""
+    if exists and target in _SWEPT:
+        return
+    clean_debris(target)
+    if exists:
+        if len(_SWEPT) >= _SWEPT_MAX:
+            _SWEPT.clear()
+        _SWEPT.add(target)
 
 
-def _delete_soon(old: Path) -> Future[None]:
+def delete_soon(old: Path) -> Future[None]:
     """Start deleting ``old`` on the pool (inline while a crash test watches the steps)."""
     if STEP_HOOK is not None:  # crash tests see every step on the calling thread
         done: Future[None] = Future()
-        _remove_old(old)
+        remove_old(old)
         done.set_result(None)
         return done
-    return submit(pool, _remove_old, old)
+    return submit(pool, remove_old, old)
 
 
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files
 
 
-def _remove_old(old: Path) -> None:
+def remove_old(old: Path) -> None:
     """Delete a swapped-out old checkpoint: three calls for a directory laid out as export
     writes it, else a walk (a file's swap leaves nothing at ``old``)."""
     try:
@@ -597,4 +462,4 @@ def _remove_old(old: Path) -> None:
 # Targets whose debris this process has already swept (a sweep lists the parent).
 _SWEPT: set[Path] = set()
 _SWEPT_MAX = 4096
-os.register_at_fork(after_in_child=_SWEPT.clear)  # a forked child sweeps for itself
+_process.at_fork(_SWEPT.clear)  # a forked child sweeps for itself

@@ -13,6 +13,7 @@ from ._decode import struct_kinds_ok
 from ._detect import open_checkpoint
 from ._formats import ArraySpec
 from ._nodes import ARRAY_TAGS, SEQUENCES, children, key_label
+from ._publish import local_or_url
 from ._schema import check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
@@ -24,7 +25,7 @@ class CheckpointInfo:
     """What :func:`inspect` reports about a checkpoint.
 
     Attributes:
-        path: the checkpoint.
+        path: the checkpoint (a URL stays a string).
         container: its format name (``"directory"``, ``"zip"``, or a plugin's).
         version: the format version.
         arrays: ``key -> (dtype name, shape, bytes)``.
@@ -34,7 +35,7 @@ class CheckpointInfo:
         tree_json: the same tree as nested ``{"edge", "label", "children"}`` dicts.
     """
 
-    path: Path
+    path: Path | str
     container: str
     version: int
     arrays: dict[str, tuple[str, tuple[int, ...], int]]
@@ -197,7 +198,8 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     Only the manifest is read: no array data, no imports, no class lookups.
 
     Args:
-        path: a checkpoint directory or ``.zip`` archive.
+        path: a checkpoint directory or file, or a URL (for formats that accept
+            remote paths), as :func:`load` takes it.
         **limits: ``max_manifest_bytes=``, ``max_nodes=`` and ``max_array_bytes=`` as for
             :func:`load`.
 
@@ -219,7 +221,7 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
           ['w']: array <f4[2, 3] 24 B (a0)
     """
     lim = limits_from_kwargs("inspect", limits)
-    target = Path(os.fspath(path))
+    target = local_or_url(path, "inspect")
     where = repr(str(target))
     fmt, opened, top = open_checkpoint(target, lim)
     opened.close()
@@ -269,9 +271,9 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     try:
         table = check_arrays_table(top["arrays"], where, lim)
         specs = {k: ArraySpec(*v) for k, v in table.items()}
-        check = getattr(opened, "verify", None)
-        if check is not None:
-            return list(check(specs)), True
+        checked = opened.verify(specs)
+        if checked is not None:
+            return list(checked), True
         problems: list[str] = []
         for key in specs:
             try:

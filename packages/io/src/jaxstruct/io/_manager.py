@@ -16,10 +16,12 @@ from jaxstruct.registry import SerializationError
 
 from . import _fs, _multihost
 from ._async import ExportHandle
-from ._checkpoint import export, is_url, load, local_paths_only
-from ._detect import format_named, sniffs
+from ._checkpoint import export, load
+from ._detect import format_named, owns_checkpoint, sniffs
+from ._formats import Format
 from ._fs import fsync_dir
 from ._multihost import PreemptionWatch
+from ._publish import is_url, local_paths_only
 
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
@@ -114,6 +116,12 @@ class CheckpointManager:
             try:
                 (self.directory / _METRICS).mkdir(parents=True, exist_ok=True)
                 self._empty_trash()
+            except (NotADirectoryError, FileExistsError):
+                error = SerializationError(
+                    f"CheckpointManager({str(self.directory)!r}): this path (or a folder "
+                    "above it) is a file, not a directory; give the manager a directory of "
+                    "its own, where it keeps one checkpoint per step"
+                )
             except BaseException as err:  # told to the others, then raised here
                 error = err
         _multihost.share_outcome("manager-init", error, path=repr(str(self.directory)))
@@ -187,10 +195,10 @@ class CheckpointManager:
             return [s for s in steps if remote.committed(self.path_of(s))]
         # Only checkpoints of the format are steps: a user's own file or folder named
         # like one is never listed, restored or pruned.
-        owns = getattr(self._format, "owns", None)
-        if owns is None:
-            return [s for s in steps if sniffs(self._format, self.path_of(s), [])]
-        return [s for s in steps if owns(self.path_of(s))]
+        fmt = self._format
+        if type(fmt).owns is Format.owns:  # the default opens each one: its sniff is enough
+            return [s for s in steps if sniffs(fmt, self.path_of(s), [])]
+        return [s for s in steps if owns_checkpoint(fmt, self.path_of(s))]
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or ``None`` when there is none."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
+from . import _process
 from ._jax_private import distributed_client, distributed_state
 
 #: How long a process waits for the others at a barrier before giving up (by default).
@@ -174,12 +175,10 @@ def check_primary_holds(arrays: Mapping[str, Any], fmt_name: str, where: str) ->
 _open: weakref.WeakSet[PreemptionWatch] = weakref.WeakSet()
 
 
+@_process.at_fork
 def _forget_in_child() -> None:
     for watch in list(_open):
         watch._noticed = False
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _distributed() -> Any:

@@ -81,14 +81,21 @@ class NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
     def __init__(
-        self, fd: int, index: _zip.ZipIndex, where: str, manifest: bytes, extra: frozenset[str]
+        self,
+        fd: int,
+        index: _zip.ZipIndex,
+        where: str,
+        manifest: bytes,
+        extra: frozenset[str],
+        *,
+        container: _zip.Entry | None = None,
     ) -> None:
         self.fd = fd
         self.index = index
         self.where = where
         self.manifest = manifest
         self.extra = extra  # members that are not arrays (a legacy zip's manifest)
-        self.container: _zip.Entry | None = None  # arrays.npz inside a zip, for verify()
+        self.container = container  # arrays.npz inside a zip, for verify()
 
     def close(self) -> None:
         if self.fd >= 0:

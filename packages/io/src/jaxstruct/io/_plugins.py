@@ -21,7 +21,7 @@ import numpy as np
 import pluggy
 from jaxstruct.registry import StructError
 
-from . import hookspecs
+from . import _process, hookspecs
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format
 from ._values import Codec
@@ -266,6 +266,21 @@ class Tables:
         self.messages: list[str] = []
         #: ``kind -> {name, suffix or class -> item}``, rebuilt from ``owners`` by refresh().
         self.views: dict[str, dict[Any, Any]] = {}
+        #: Clashes found after a plugin was listed, by the earlier plugin's name.
+        self.later_problems: dict[str, list[str]] = {}
+
+    def _note_clash(self, first: Origin, message: str) -> None:
+        """The clash is the earlier plugin's problem too (it is listed already)."""
+        if first.kind == "entrypoint":
+            self.later_problems.setdefault(first.plugin, []).append(message)
+
+    def finish(self) -> None:
+        """Add each clash to the listing of the earlier plugin it involves."""
+        for i, info in enumerate(self.plugins):
+            more = self.later_problems.get(info.name)
+            if more and info.state == "loaded":
+                problems = tuple(dict.fromkeys((*info.problems, *more)))
+                self.plugins[i] = dataclasses.replace(info, problems=problems)
 
     def refresh(self) -> None:
         self.views = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
@@ -293,6 +308,7 @@ class Tables:
         other = self.owners.get(name_key)
         if other is not None:
             message = clash(name_key, other[1], origin)
+            self._note_clash(other[1], message)
             if other[1].kind == "entrypoint":
                 for key in self.drop(other[0]):
                     self.broken[key] = message
@@ -311,6 +327,7 @@ class Tables:
                 continue
             message = clash(key, other[1], origin)
             problems.append(message)
+            self._note_clash(other[1], message)
             if other[1].kind == "entrypoint":
                 del self.owners[key]
                 self.broken[key] = message
@@ -523,6 +540,7 @@ class PluginRegistry:
             self._load_entry_points(tables)
         for item, origin in self._runtime:
             tables.messages += tables.merge(item, origin)
+        tables.finish()
         tables.refresh()
         return tables
 
@@ -696,6 +714,13 @@ class PluginRegistry:
         """Return the distribution (or description) that registered a format or codec."""
         return self._ensure().owners[(kind, name)][1].dist
 
+    def is_own(self, fmt: Format) -> bool:
+        """Whether ``fmt`` is one of jaxstruct-io's own formats (its built-in plugin's):
+        tested with this library, they check what they write themselves, so export
+        spends no system call on checking it again."""
+        entry = self._ensure().owners.get(("format", fmt.name))
+        return entry is not None and entry[0] is fmt and entry[1].kind == "builtin"
+
     def describe_source(self, kind: str, name: str) -> str:
         """Who registered a format or codec, for messages (``plugin 'x' from distribution 'y'``)."""
         return str(self._ensure().owners[(kind, name)][1])
@@ -769,14 +794,12 @@ _registry_lock = threading.Lock()
 _REGISTRIES: weakref.WeakSet[PluginRegistry] = weakref.WeakSet()
 
 
+@_process.at_fork
 def _reset_in_child() -> None:
     global _registry_lock
     _registry_lock = threading.Lock()
     for registry in list(_REGISTRIES):
         registry._reset_in_child()  # pyright: ignore[reportPrivateUsage]
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def current_registry() -> PluginRegistry:
