@@ -81,8 +81,11 @@ def export(
         format: a registered format name, or ``None`` to choose by suffix.
         overwrite: replace an existing checkpoint (only a jaxstruct checkpoint
             of the same format is ever replaced).
-        compression: ``"auto"`` deflates array members that shrink and stores
-            the others; ``"deflate"`` always deflates; ``"none"`` never does.
+        compression: ``"auto"`` deflates the array members whose sample
+            shrinks to at most half (masks, zeros, integer tables) and stores
+            the others (float weights, which deflate little and would load at
+            the speed of one core inflating); ``"deflate"`` always deflates
+            (in pieces, on every core); ``"none"`` never does.
         blocking: with ``False``, return an :class:`ExportHandle` as soon as
             the arrays are copied off the caller's buffers; the checkpoint
             appears when the background write finishes, and
@@ -202,7 +205,9 @@ def load(
         load_cls: the expected class of the root value (also used to resolve
             the root's class reference), or a mapping ``{"module:Qual": cls}``.
         allow_imports: module names (or package prefixes) that may be
-            imported to find classes.
+            imported to find classes; a function name stored in another
+            library's node (an NNX module's ``dot_general``) is resolved only
+            to a plain function of one of these modules, never called.
         mesh: restore without a template: a ``jax.sharding.Mesh`` on which
             each array gets back the ``PartitionSpec`` it was saved with (mesh
             axes matched by name; arrays saved unsharded are replicated).
