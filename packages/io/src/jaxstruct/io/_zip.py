@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, NamedTuple
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
-from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool, submit
+from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, crc_pool, pool, submit
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
@@ -50,6 +50,10 @@ class Member:
     chunks: Callable[[], Iterable[Chunk]]
     text: bool = False  # JSON: compress with the default strategy.
     parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
+    # The chunks are costly to make (copied from a device): they are made once when
+    # stored, the CRC computed on the way and patched into the local header after.
+    once: bool = False
+    sample: Callable[[], bytes] | None = None  # a few KiB of the content, made cheaply
 
     @classmethod
     def of(cls, name: str, parts: Sequence[Chunk], *, text: bool = False) -> Member:
@@ -65,6 +69,7 @@ class _Prepared:
     payload: Sequence[Chunk] | None  # None: stream the content again (stored members)
     csize: int
     payload_crc: int  # of the bytes written to the archive (= crc when stored)
+    crc_later: bool = False  # a ``once`` member: CRC computed while writing, then patched
 
 
 def _sample(parts: Sequence[Chunk]) -> bytes:
@@ -110,6 +115,8 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 def _first_sample(member: Member) -> bytes:
     if member.parts is not None:
         return _sample(member.parts)
+    if member.sample is not None:
+        return member.sample()
     # The first chunk may be a short header: gather enough of the content.
     sample = bytearray()
     for chunk in member.chunks():
@@ -137,6 +144,8 @@ def _prepare(member: Member, compression: str) -> _Prepared:
         csize = sum(len(c) for c in chunks)
         if compression == "deflate" or csize < member.size:
             return _Prepared(crc, member.size, _DEFLATED, chunks, csize, _crc_of(chunks))
+    elif member.once:
+        return _Prepared(0, member.size, _STORED, None, member.size, 0, crc_later=True)
     else:
         crc = _crc_of(member.chunks())
     return _Prepared(crc, member.size, _STORED, None, member.size, crc)
@@ -267,10 +276,27 @@ def write_zip(
         crc = crc32(data, crc)
         write(data)
 
+    base = stream.tell() if any(m.once for m in members) else 0
     for member, prep in _prepared(members, compression):
         name = member.name.encode("utf-8")
         zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
         start = offset
+        if prep.crc_later:
+            before = crc
+            write(_local_header(name, prep, zip64))
+            prep.crc = prep.payload_crc = _write_counted(write, member.chunks())
+            header = _local_header(name, prep, zip64)
+            if offset - len(buffer) <= start:  # the header is still in the buffer
+                at = start - (offset - len(buffer))
+                buffer[at : at + len(header)] = header
+            else:
+                flush()
+                _write_at(stream, base + start, header)
+            crc = crc32_combine(crc32(header, before), prep.crc, prep.size)
+            central.append(_central_entry(name, prep, start, zip64))
+            if after_member is not None:
+                after_member(member.name)
+            continue
         write_small(_local_header(name, prep, zip64))
         payload = prep.payload if prep.payload is not None else member.chunks()
         if prep.csize <= _TINY:
@@ -291,6 +317,33 @@ def write_zip(
     if buffer:
         flush()
     return offset, crc
+
+
+def _write_counted(write: Callable[[Chunk], None], chunks: Iterable[Chunk]) -> int:
+    """Write ``chunks`` and return their CRC, each big chunk's computed on a CRC thread
+    while it is written (both release the GIL)."""
+    crc = 0
+    for chunk in chunks:
+        n = len(chunk) if isinstance(chunk, bytes) else memoryview(chunk).nbytes
+        if n < _OVERLAP_CRC:
+            crc = crc32(chunk, crc)
+            write(chunk)
+            continue
+        part = submit(crc_pool, crc32, chunk)
+        try:
+            write(chunk)
+        finally:
+            value = part.result()
+        crc = crc32_combine(crc, value, n)
+    return crc
+
+
+def _write_at(stream: BinaryIO, position: int, data: bytes) -> None:
+    """Write ``data`` at ``position`` of ``stream``, then return to where it was."""
+    end = stream.tell()
+    stream.seek(position)
+    _write_fully(stream, data)
+    stream.seek(end)
 
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
