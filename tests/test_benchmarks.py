@@ -226,10 +226,11 @@ def test_accel_benchmark_reports_the_limits_every_side_and_the_targets() -> None
     out = _bench("bench_accel.py", "--size=2M", "--sides", "zip-none", "dir-none")
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     names = [row.split("|")[1].strip() for row in rows]
-    assert names[1:7] == [
+    assert names[1:8] == [
         "device-to-host copy (limit)",
         "host-to-device copy (limit)",
         "write+fsync of the bytes (limit)",
+        "the same, made durable as the directory format does",
         "read of the bytes (limit)",
         '`.zip`, `compression="none"`',
         'directory, `compression="none"`',
