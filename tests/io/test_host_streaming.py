@@ -352,3 +352,47 @@ def test_a_once_member_has_its_chunks_made_once(compression: str) -> None:
         assert archive.read("m.bin") == data
         method = archive.getinfo("m.bin").compress_type
     assert method == (zipfile.ZIP_STORED if compression == "none" else zipfile.ZIP_DEFLATED)
+
+
+def test_host_pieces_copy_device_shards_through_fresh_arrays(
+    monkeypatch: pytest.MonkeyPatch, streaming: None
+) -> None:
+    """host_pieces and host_array (asynchronous exports, the safetensors and orbax plugins)
+    copy shards in accelerator memory through fresh device arrays, never through the
+    user's shards, whose cached host copies would keep the model in host memory."""
+    copies = _Copies()
+    monkeypatch.setattr(_host, "copy_start", copies)
+    data = jax.random.normal(KEY, (64, 96), jnp.float32).astype(jnp.bfloat16)
+    placed = jax.device_put(data, NamedSharding(_mesh(), P("a", "b")))
+    pieces = jio.host_pieces(placed)
+    assert copies.calls == 8 and len(pieces) == 8
+    whole = jio.host_array(placed)
+    assert copies.calls == 16
+    assert whole.dtype == data.dtype
+    assert whole.tobytes() == np.asarray(data).tobytes()
+
+
+def test_an_asynchronous_export_copies_through_fresh_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streaming: None
+) -> None:
+    """export(blocking=False) takes its host snapshot through fresh device arrays too."""
+    copies = _Copies()
+    monkeypatch.setattr(_host, "copy_start", copies)
+    state = {"w": jax.device_put(jax.random.normal(KEY, (64, 96)), NamedSharding(_mesh(), P("a")))}
+    handle = jio.export(state, tmp_path / "ck", blocking=False)
+    handle.wait()
+    assert copies.calls == 4  # one per distinct block: rows over "a", replicated over "b"
+    assert_same(state, jio.load(tmp_path / "ck", target=state))
+
+
+def test_a_failing_copy_in_host_pieces_raises_our_error(
+    monkeypatch: pytest.MonkeyPatch, streaming: None
+) -> None:
+    """A device copy that fails in host_pieces raises our error naming the array's shape."""
+
+    def failing(data: Any, local: Any) -> Any:
+        raise _Boom("device lost")
+
+    monkeypatch.setattr(_host, "copy_start", failing)
+    with pytest.raises(SerializationError, match=r"shape \(4, 4\).*copying it from .* failed"):
+        jio.host_pieces(jnp.ones((4, 4)))

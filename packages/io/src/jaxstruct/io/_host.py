@@ -373,6 +373,30 @@ def _failed(name: str, found: Sequence[tuple[Any, Any, Any]], err: Exception) ->
     )
 
 
+def fresh_copies(what: str, datas: Sequence[Any]) -> list[np.ndarray]:
+    """Whole host copies of the single-device arrays ``datas``, each made through a fresh
+    device array (none is left cached on ``datas``), all started before any is waited for.
+
+    For callers that keep the copies (a snapshot, a file format written whole): the
+    budget bounds streams only, so what these copies take is the caller's to hold.
+
+    Raises:
+        SerializationError: a copy from a device failed (named with ``what``).
+    """
+    started: list[Any] = []
+    try:
+        for data in datas:
+            started.append(copy_start(data, tuple((0, n) for n in data.shape)))
+        return [np.asarray(out) for out in started]
+    except Exception as err:
+        devices = sorted({str(getattr(data, "device", "?")) for data in datas})
+        raise SerializationError(
+            f"{what}: copying it from {', '.join(devices) or 'its device'} to host memory "
+            f"failed ({type(err).__name__}: {err}). Check the device's health and memory, "
+            "then try again"
+        ) from err
+
+
 def sample(name: str, blocks: Sequence[Block], shape: tuple[int, ...], stored: np.dtype) -> bytes:
     """The first bytes of the array (a few KiB), copied alone, for choosing a compression."""
     out = bytearray()
