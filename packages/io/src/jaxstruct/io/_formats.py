@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jaxstruct.registry import SerializationError
 
+from . import _host
 from ._nodes import ARRAY_TAGS, TREE_ROLES, children, escape_step, tree_step
 from ._schema import DEFAULT_LIMITS, Limits, parse_manifest
 
@@ -199,19 +200,28 @@ def host_pieces(arr: Any) -> list[tuple[tuple[slice, ...], np.ndarray]]:
     """Return ``(index, host piece)`` for each distinct block of ``arr`` this process holds.
 
     A NumPy array is one block. A ``jax.Array`` gives one piece per distinct
-    shard index among its addressable shards (replicas once), copied from the
-    device shard by shard, so the whole array is never gathered into one
-    buffer and no host copy is left cached on the user's array.
+    shard index among its addressable shards (replicas once), so the whole array
+    is never gathered into one buffer. Shards in host memory (CPU devices) are
+    viewed in place; shards in accelerator memory are copied through fresh device
+    arrays (JAX caches a host copy on the array it was made from: on the user's
+    array's shards it would keep the model in host memory after the export).
+
+    Raises:
+        SerializationError: a copy from a device failed.
     """
     if isinstance(arr, np.ndarray):
         return [((), arr)]
-    seen: dict[tuple[Any, ...], tuple[tuple[slice, ...], np.ndarray]] = {}
+    seen: dict[tuple[Any, ...], tuple[tuple[slice, ...], Any]] = {}
     for shard in arr.addressable_shards:
         index = tuple(shard.index)
         marker = tuple((s.start, s.stop, s.step) for s in index)
         if marker not in seen:
-            seen[marker] = (index, np.asarray(shard.data))
-    return list(seen.values())
+            seen[marker] = (index, shard.data)
+    if not _host.streams(arr):
+        return [(index, np.asarray(data)) for index, data in seen.values()]
+    what = f"an array of shape {tuple(arr.shape)} and dtype {arr.dtype}"
+    copies = _host.fresh_copies(what, [data for _, data in seen.values()])
+    return [(index, copy) for (index, _), copy in zip(seen.values(), copies, strict=True)]
 
 
 def host_array(arr: Any) -> np.ndarray:

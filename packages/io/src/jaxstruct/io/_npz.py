@@ -17,6 +17,7 @@ from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
 from . import _fs, _zip
+from . import _host as _streaming
 from ._formats import ArrayTable, OpenedCheckpoint, aligned_empty
 from ._schema import storage_dtype
 
@@ -432,6 +433,8 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
             f"array {name!r}: its addressable shards do not cover it exactly once; "
             'export with format="orbax"'
         )
+    if _streaming.streams(arr) and nbytes:  # in accelerator memory: copied in bounded pieces
+        return _streamed_member(name, header, [(i, s.data) for i, s in blocks], shape, stored)
 
     def chunks() -> Iterator[_zip.Chunk]:
         yield header
@@ -466,6 +469,27 @@ def _jax_member(name: str, arr: Any) -> _zip.Member:
     return _zip.Member(name, len(header) + nbytes, chunks, stable=True)
 
 
+def _streamed_member(
+    name: str,
+    header: bytes,
+    blocks: list[_streaming.Block],
+    shape: tuple[int, ...],
+    stored: np.dtype,
+) -> _zip.Member:
+    """A ``.npy`` member whose bytes are copied from the devices piece by piece as written."""
+    budget = _streaming.host_budget()
+
+    def chunks() -> Iterator[_zip.Chunk]:
+        yield header
+        yield from _streaming.pieces(name, blocks, shape, stored, budget=budget)
+
+    size = len(header) + math.prod(shape) * stored.itemsize
+    # The bytes the in-place path's sample would see: the header, then the array's first.
+    sample = lambda: header + _streaming.sample(name, blocks, shape, stored)
+    # Each region comes in a fresh host array: a deflated member's pieces are views of them.
+    return _zip.Member(name, size, chunks, stable=True, once=True, sample=sample)
+
+
 def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
     """A small ``jax.Array`` held whole by one device: its bytes, copied now (else ``None``)."""
     stored = storage_dtype(np.dtype(arr.dtype))
@@ -482,7 +506,8 @@ def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
 def _member(key: str, arr: Any) -> _zip.Member:
     name = f"{key}.npy"
     if _is_jax_array(arr):
-        return _small_jax_member(name, arr) or _jax_member(name, arr)
+        small = None if _streaming.FORCE_STREAMING else _small_jax_member(name, arr)
+        return small or _jax_member(name, arr)
     arr = np.asarray(arr)
     stored_dtype = storage_dtype(arr.dtype)
     stored = arr.view(stored_dtype) if arr.dtype != stored_dtype else arr

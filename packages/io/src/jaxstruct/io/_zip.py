@@ -17,7 +17,7 @@ from zlib_ng import zlib_ng
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
 from . import _pieces
-from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, pool, submit
+from ._fs import ARRAYS, MANIFEST, WORKERS, CrcParts, crc_pool, pool, submit
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF
@@ -56,6 +56,11 @@ class Member:
     the same bytes each time. Unless ``stable``, a buffer it yields may be reused
     by it once the next one is asked for, so it is copied (or used up) before that;
     with ``stable``, every buffer stays valid while referenced (fresh arrays).
+
+    A ``once`` member (its chunks copied from a device) has ``chunks()`` called
+    once only: ``sample()`` gives the bytes the compression choice looks at; stored,
+    it is written as it comes, its CRC computed meanwhile and patched into its
+    local header; deflated, its pieces are compressed from that one pass.
     """
 
     name: str
@@ -64,6 +69,8 @@ class Member:
     text: bool = False  # JSON: compress with the default strategy.
     parts: Sequence[Chunk] | None = None  # the content, when it is already in memory
     stable: bool = False  # the buffers chunks() yields are never reused
+    once: bool = False  # chunks() is costly (copied from a device): called once only
+    sample: Callable[[], bytes] | None = None  # a few KiB of the content, made cheaply
 
     @classmethod
     def of(cls, name: str, parts: Sequence[Chunk], *, text: bool = False) -> Member:
@@ -82,6 +89,7 @@ class _Prepared:
     csize: int
     payload_crc: int  # of the bytes written to the archive (= crc when stored)
     table: bytes = b""  # the central directory's extra block of a pieced member
+    crc_later: bool = False  # a ``once`` member: CRC computed while writing, then patched
 
 
 def _sample(parts: Sequence[Chunk]) -> bytes:
@@ -118,6 +126,8 @@ def _choose_strategy(sample: bytes, text: bool, auto: bool) -> int | None:
 def _first_sample(member: Member) -> bytes:
     if member.parts is not None:
         return _sample(member.parts)
+    if member.sample is not None:
+        return member.sample()[: 3 * _SAMPLE]
     # The first chunk may be a short header: gather enough of the content.
     sample = bytearray()
     for chunk in member.chunks():
@@ -224,6 +234,8 @@ def _start(member: Member, compression: str, run: Run) -> _Job:
         strategy = _choose_strategy(_first_sample(member), member.text, compression == "auto")
     size = member.size
     piece = _pieces.piece_size(size)
+    if strategy is None and member.once:  # its CRC is computed while it is written
+        return _Job([], lambda _: _Prepared(0, size, _STORED, None, size, 0, crc_later=True))
     if strategy is None:
         if member.parts is None and not member.stable:
             futures = [run(_crc_of, member.chunks())]
@@ -247,6 +259,8 @@ def _start(member: Member, compression: str, run: Run) -> _Job:
         done += n
         lengths.append(n)
         futures.append(run(_pieces.deflate_piece, segments, strategy, level, done >= size))
+        if member.once:  # its pieces, copied from a device, wait in host memory: bound them
+            _wait_behind(futures, 2 * WORKERS)
     if done != size:
         raise SerializationError(
             f"member {member.name!r}: its content gave {done} bytes, not the {size} announced"
@@ -258,7 +272,9 @@ def _start(member: Member, compression: str, run: Run) -> _Job:
             crc = crc32_combine(crc, c, n)
             payload_crc = crc32_combine(payload_crc, dc, len(data))
             csize += len(data)
-        if compression != "deflate" and csize >= size:
+        # Stored instead when deflating saved nothing, unless the content is gone
+        # (a ``once`` member: stored, it would be copied from its device again).
+        if compression != "deflate" and csize >= size and not member.once:
             return _Prepared(crc, size, _STORED, None, size, crc)
         table = b""
         if len(results) > 1:
@@ -269,6 +285,12 @@ def _start(member: Member, compression: str, run: Run) -> _Job:
         return _Prepared(crc, size, _DEFLATED, payload, csize, payload_crc, table)
 
     return _Job(futures, deflated)
+
+
+def _wait_behind(futures: Sequence[concurrent.futures.Future[Any]], ahead: int) -> None:
+    """Wait until at most ``ahead`` of ``futures`` are unfinished (their inputs held)."""
+    for future in futures[: max(0, len(futures) - ahead)]:
+        future.result()
 
 
 def _prepare(member: Member, compression: str) -> _Prepared:
@@ -401,10 +423,27 @@ def write_zip(
         crc = crc32(data, crc)
         write(data)
 
+    base = stream.tell() if any(m.once for m in members) else 0
     for member, prep in _prepared(members, compression):
         name = member.name.encode("utf-8")
         zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
         start = offset
+        if prep.crc_later:
+            before = crc
+            write(_local_header(name, prep, zip64))
+            prep.crc = prep.payload_crc = _write_counted(write, member.chunks())
+            header = _local_header(name, prep, zip64)
+            if offset - len(buffer) <= start:  # the header is still in the buffer
+                at = start - (offset - len(buffer))
+                buffer[at : at + len(header)] = header
+            else:
+                flush()
+                _write_at(stream, base + start, header)
+            crc = crc32_combine(crc32(header, before), prep.crc, prep.size)
+            central.append(_central_entry(name, prep, start, zip64))
+            if after_member is not None:
+                after_member(member.name)
+            continue
         write_small(_local_header(name, prep, zip64))
         payload = prep.payload if prep.payload is not None else member.chunks()
         if prep.csize <= _TINY:
@@ -425,6 +464,33 @@ def write_zip(
     if buffer:
         flush()
     return offset, crc
+
+
+def _write_counted(write: Callable[[Chunk], None], chunks: Iterable[Chunk]) -> int:
+    """Write ``chunks`` and return their CRC, each big chunk's computed on a CRC thread
+    while it is written (both release the GIL)."""
+    crc = 0
+    for chunk in chunks:
+        n = len(chunk) if isinstance(chunk, bytes) else memoryview(chunk).nbytes
+        if n < _OVERLAP_CRC:
+            crc = crc32(chunk, crc)
+            write(chunk)
+            continue
+        part = submit(crc_pool, crc32, chunk)
+        try:
+            write(chunk)
+        finally:
+            value = part.result()
+        crc = crc32_combine(crc, value, n)
+    return crc
+
+
+def _write_at(stream: BinaryIO, position: int, data: bytes) -> None:
+    """Write ``data`` at ``position`` of ``stream``, then return to where it was."""
+    end = stream.tell()
+    stream.seek(position)
+    _write_fully(stream, data)
+    stream.seek(end)
 
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
