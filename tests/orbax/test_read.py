@@ -185,15 +185,6 @@ def test_missing_array_data_is_a_serialization_error(tmp_path: Path) -> None:
         jio.load(path, target=target)
 
 
-def test_aligned_empty_is_64_byte_aligned() -> None:
-    """The host buffers handed to JAX start on a 64-byte boundary, whatever the shape."""
-    for shape in [(1,), (3, 5), (7, 11, 13)]:
-        for dtype in (np.uint8, np.float32, np.complex128):
-            arr = _read.aligned_empty(shape, np.dtype(dtype))
-            assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
-            assert arr.ctypes.data % 64 == 0
-
-
 def test_store_blocks_are_a_128th_of_the_data_within_2_and_32_mib() -> None:
     """From object stores, the blocks in flight grow with the data, not beyond 1/16 of it;
     local files keep the largest blocks and the shared chunk cache."""

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from jaxstruct.io import ArraySpec, empty_array
 
 __all__ = [
     "BLOCK_BYTES",
@@ -37,7 +38,6 @@ __all__ = [
     "STORE_IN_FLIGHT",
     "Job",
     "Pace",
-    "aligned_empty",
     "block_bytes",
     "read_into_shards",
 ]
@@ -82,17 +82,13 @@ class Pace(NamedTuple):
         return (self.in_flight + 1) * self.block if self.cached else 0
 
 
-_ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
-
 Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
 
 
-def aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-ordered array whose data starts on a 64-byte boundary."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return raw[start : start + nbytes].view(dtype).reshape(tuple(shape))
+def _buffer(box: Box, dtype: np.dtype) -> np.ndarray:
+    """The 64-byte aligned host buffer of one shard (JAX's CPU client adopts it as it is)."""
+    shape = tuple(hi - lo for lo, hi in box)
+    return empty_array(ArraySpec(dtype, shape, math.prod(shape) * dtype.itemsize))
 
 
 def _box(index: tuple[slice, ...], shape: Sequence[int]) -> Box:
@@ -178,9 +174,7 @@ class _Plan:
         self.devices_of: dict[Box, list[Any]] = collections.defaultdict(list)
         for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
             self.devices_of[_box(index, job.shape)].append(device)
-        self.buffers = {
-            box: aligned_empty([hi - lo for lo, hi in box], self.dtype) for box in self.devices_of
-        }
+        self.buffers = {box: _buffer(box, self.dtype) for box in self.devices_of}
 
     def reads(self, limit: int) -> Iterator[tuple[Box, list[tuple[Box, Box]]]]:
         """``(region to read, [(shard, part of the region for that shard)])`` per block."""
