@@ -18,6 +18,8 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.orbax import _format, _read
 from jaxstruct.registry import SerializationError
 
+from ._reseal import reseal
+
 
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,6 +153,7 @@ def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> Non
     (path / "jaxstruct" / "metadata").write_text(
         (path / "jaxstruct" / "metadata").read_text().replace('"shape": [1]', '"shape": [64, 16]')
     )
+    reseal(path)
     sharding = NamedSharding(jax.make_mesh((2, 4), ("a", "b")), P(None, ("a", "b")))
     target = {"w": jax.ShapeDtypeStruct((64, 16), np.float32, sharding=sharding)}
     np.testing.assert_array_equal(np.asarray(jio.load(path, target=target)["w"]), data)
@@ -210,6 +213,7 @@ def test_array_names_from_the_file_are_checked(tmp_path: Path, name: str) -> Non
     document = json.loads(storage.read_text())
     document["names"] = {"a0": name}
     storage.write_text(json.dumps(document))
+    reseal(path)
     with pytest.raises(SerializationError, match="malformed names"):
         jio.load(path)
 
