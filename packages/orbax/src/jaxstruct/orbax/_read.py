@@ -149,16 +149,9 @@ def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
     _fill(plans, pace)
     out = {}
     for key, plan in plans.items():
-        arrays = []
-        for box, devices in plan.devices_of.items():
-            host = plan.buffers[box]
-            if plan.job.view is not None:
-                host = host.view(plan.job.view)
-            for device in devices:
-                where = jax.sharding.SingleDeviceSharding(
-                    device, memory_kind=plan.job.sharding.memory_kind
-                )
-                arrays.append(jax.device_put(host, where))
+        for box in list(plan.buffers):  # shards no block fed (none, unless the array is empty)
+            plan.place(box)
+        arrays = [piece for box in plan.devices_of for piece in plan.placed[box]]
         out[key] = jax.make_array_from_single_device_arrays(
             plan.job.shape, plan.job.sharding, arrays
         )
@@ -175,6 +168,33 @@ class _Plan:
         for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
             self.devices_of[_box(index, job.shape)].append(device)
         self.buffers = {box: _buffer(box, self.dtype) for box in self.devices_of}
+        self.placed: dict[Box, list[Any]] = {}  # each shard's arrays, once on its devices
+        self.waiting: dict[Box, int] = {}  # blocks each shard still waits for (set by _fill)
+
+    def place(self, box: Box) -> None:
+        """Hand the filled host buffer of shard ``box`` to its devices, and let it go.
+
+        On an accelerator this copies it to device memory: a shard's host buffer
+        lives from its first block to its last, never until the whole restore
+        ends (on CPU devices, JAX adopts the aligned buffer as it is).
+        """
+        import jax
+
+        host = self.buffers.pop(box)
+        if self.job.view is not None:
+            host = host.view(self.job.view)
+        memory_kind = self.job.sharding.memory_kind
+        self.placed[box] = [
+            jax.device_put(host, jax.sharding.SingleDeviceSharding(device, memory_kind=memory_kind))
+            for device in self.devices_of[box]
+        ]
+
+    def done(self, parts: Sequence[tuple[Box, Box]]) -> None:
+        """Blocks feeding ``parts`` are written: place each shard that waits for no more."""
+        for box, _ in parts:
+            self.waiting[box] -= 1
+            if not self.waiting[box]:
+                self.place(box)
 
     def reads(self, limit: int) -> Iterator[tuple[Box, list[tuple[Box, Box]]]]:
         """``(region to read, [(shard, part of the region for that shard)])`` per block."""
@@ -218,8 +238,11 @@ def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
     limit = pace.block
     pending: collections.deque[_Pending] = collections.deque()
     in_flight = 0
-    for plan in plans.values():
-        for need, parts in plan.reads(limit):
+    reads = {key: list(plan.reads(limit)) for key, plan in plans.items()}
+    for key, plan in plans.items():
+        plan.waiting = collections.Counter(box for _, parts in reads[key] for box, _ in parts)
+    for key, plan in plans.items():
+        for need, parts in reads[key]:
             nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
             while pending and in_flight + nbytes > max(pace.in_flight * limit, 2 * nbytes):
                 in_flight -= pending.popleft().finish()
@@ -230,7 +253,7 @@ def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
                     )
                     for box, cut in parts
                 ]
-                pending.append(_Pending(nbytes, writes))
+                pending.append(_Pending(nbytes, writes, plan=plan, parts=parts))
             else:
                 read = plan.job.store[_within(need, None)].read()
                 pending.append(_Pending(nbytes, [], read, plan, need, parts))
@@ -263,4 +286,6 @@ class _Pending(NamedTuple):
             data = self.read.result()
             for box, cut in self.parts:
                 self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.need)]
+        if self.plan is not None:
+            self.plan.done(self.parts)
         return self.nbytes

@@ -102,8 +102,14 @@ def _read_box(
     *,
     where: str,
     check: Check | None = None,
+    runs: list[tuple[int, memoryview]] | None = None,
 ) -> None:
-    """Read the part ``box`` of the C-ordered tensor at ``begin`` into ``out`` (its shape)."""
+    """Read the part ``box`` of the C-ordered tensor at ``begin`` into ``out`` (its shape).
+
+    A whole tensor is checked here (with ``check``); the runs of a part are added to
+    ``runs`` (``(offset in the tensor, bytes read)``), for the caller to check together
+    with the other parts' runs.
+    """
     split = [d for d, (lo, hi) in enumerate(box) if (lo, hi) != (0, shape[d])]
     if not split:
         if check is None:
@@ -115,16 +121,13 @@ def _read_box(
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     itemsize = out.dtype.itemsize
     lead = [range(lo, hi) for lo, hi in box[:last]]
-    runs = []
     for index in itertools.product(*lead):
         first = sum(i * s for i, s in zip(index, strides, strict=False))
         first += box[last][0] * strides[last]
         target = out[tuple(i - lo for i, (lo, _) in zip(index, box, strict=False))]
         _pread_into(fd, target, begin + first * itemsize, where)
-        runs.append((first * itemsize, memoryview(target.reshape(-1).view(np.uint8))))
-    if check is not None:
-        checker, name = check
-        checker.runs(fd, name, begin, math.prod(shape) * itemsize, runs)
+        if runs is not None:
+            runs.append((first * itemsize, memoryview(target.reshape(-1).view(np.uint8))))
 
 
 def read_tensor(
@@ -158,11 +161,19 @@ def read_tensor(
         )
         devices_of.setdefault(box, []).append(device)
     pieces = []
+    # The runs of every shard, checked together: a piece that several shards cut is
+    # completed from the others' bytes, and read from the file only where no shard of
+    # this process reads it.
+    runs: list[tuple[int, memoryview]] = []
     for box, devices in devices_of.items():
         host = result_buffer([hi - lo for lo, hi in box], dtype)
         if host.size:
-            _read_box(fd, begin, shape, box, host, where=where, check=check)
+            _read_box(fd, begin, shape, box, host, where=where, check=check, runs=runs)
         for device in devices:
             where_to = jax.sharding.SingleDeviceSharding(device, memory_kind=placement.memory_kind)
             pieces.append(jax.device_put(host, where_to))
+    if check is not None and runs:
+        checker, name = check
+        runs.sort(key=lambda run: run[0])
+        checker.runs(fd, name, begin, math.prod(shape) * dtype.itemsize, runs)
     return jax.make_array_from_single_device_arrays(shape, placement, pieces)
