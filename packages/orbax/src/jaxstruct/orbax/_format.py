@@ -160,6 +160,11 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 DATA_FILE_BYTES = 32 << 20
 
 
+#: Largest stored chunk. Tensorstore checks each chunk's CRC-32C as it reads it, at
+#: about 1.3 GB/s for 4 MiB chunks here and 0.4 GB/s for 32 MiB ones.
+CHUNK_BYTES = 4 << 20
+
+
 def _data_file_bytes(target: Any, arrays: Mapping[str, Any]) -> int:
     """The data file (and stored chunk) size for ``arrays`` saved at ``target``.
 
@@ -265,6 +270,8 @@ def _checkpointer(handler: Any, target: Any, *, background: bool = False) -> Any
 
 
 def _save_args(manifest: bytes, arrays: Mapping[str, Any], data_file_bytes: int) -> Any:
+    import jax
+
     ocp = _ocp()
     try:
         document = json.loads(manifest)
@@ -290,7 +297,12 @@ def _save_args(manifest: bytes, arrays: Mapping[str, Any], data_file_bytes: int)
         STORAGE_ITEM: ocp.args.JsonSave(storage),
     }
     if stored:
-        items[ARRAYS] = ocp.args.PyTreeSave(stored, ocdbt_target_data_file_size=data_file_bytes)
+        chunks = ocp.SaveArgs(chunk_byte_size=min(CHUNK_BYTES, data_file_bytes))
+        items[ARRAYS] = ocp.args.PyTreeSave(
+            stored,
+            save_args=jax.tree.map(lambda _: chunks, stored),
+            ocdbt_target_data_file_size=data_file_bytes,
+        )
     return ocp.args.Composite(**items)
 
 
