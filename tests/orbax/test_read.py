@@ -115,6 +115,21 @@ def test_object_stores_get_data_files_of_one_block() -> None:
     assert _format._data_file_bytes("s3://bucket/run", arrays) == _read.block_bytes(total)
     assert _format._data_file_bytes("gs://bucket/run", arrays) == _read.block_bytes(total)
     assert _format._data_file_bytes(Path("/tmp/run"), arrays) == _format.DATA_FILE_BYTES
+    # Chunks: a bucket's are its data files; local ones are small, each checked cheaply.
+    block = _read.block_bytes(total)
+    assert _format._sizes("s3://bucket/run", arrays) == (block, block)
+    assert _format._sizes(Path("/tmp/run"), arrays) == (_format.DATA_FILE_BYTES, 4 << 20)
+
+
+def test_local_chunks_are_at_most_chunk_bytes(tmp_path: Path) -> None:
+    """A 16 MiB array saved locally is stored in chunks of at most 4 MiB."""
+    path = jio.export({"w": np.zeros((2048, 2048), np.float32)}, tmp_path / "ck", format="orbax")
+    import tensorstore as ts
+
+    kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{path / 'arrays'}/"}).result()
+    chunk = next(k for k in kv.list().result() if k.endswith(b"zarr.json"))
+    grid = json.loads(kv.read(chunk).result().value)["chunk_grid"]["configuration"]["chunk_shape"]
+    assert 0 < grid[0] * grid[1] * 4 <= 4 << 20
 
 
 def test_partial_restore_mixes_devices_and_host(tmp_path: Path, small_blocks: None) -> None:
