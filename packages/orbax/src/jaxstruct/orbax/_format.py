@@ -187,7 +187,7 @@ def _sizes(target: Any, arrays: Mapping[str, Any]) -> tuple[int, int]:
     a chunk stays the object the reader asks for at once (:func:`_data_file_bytes`).
     """
     file_bytes = _data_file_bytes(target, arrays)
-    return file_bytes, file_bytes if is_store_url(target) else CHUNK_BYTES
+    return file_bytes, file_bytes if is_store_url(target) else min(CHUNK_BYTES, file_bytes)
 
 
 def _processes() -> Any:
