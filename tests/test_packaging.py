@@ -198,10 +198,11 @@ def test_safetensors_keeps_the_core_floors() -> None:
     """jaxstruct-safetensors raises no JAX floor, so the run without orbax still reaches
     JAX 0.4.36: its one dependency beyond the layers is the safetensors library (whose own
     requirements are all optional extras), from 0.8.0, the first with ``TensorSpec``, and
-    ml_dtypes (bfloat16, float8) from 0.5.0, the first with wheels for Python 3.13."""
+    ml_dtypes (bfloat16, float8) from 0.5.0, the first with wheels for Python 3.13, and
+    zlib-ng (the CRC-32 of every piece of every tensor), as jaxstruct-io has it."""
     project = _project(ROOT / "packages" / "safetensors" / "pyproject.toml")
     names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in project["dependencies"]}
-    assert names == {"jaxstruct-io", "jax", "numpy", "safetensors", "ml_dtypes"}
+    assert names == {"jaxstruct-io", "jax", "numpy", "safetensors", "ml_dtypes", "zlib-ng"}
     assert "ml_dtypes>=0.5.0" in project["dependencies"]
     assert "safetensors>=0.8.0" in project["dependencies"]
     assert project["entry-points"]["jaxstruct.io"] == {

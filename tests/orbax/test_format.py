@@ -19,6 +19,8 @@ from jaxstruct.orbax import OrbaxFormat
 from jaxstruct.orbax import _format as orbax_format
 from jaxstruct.registry import SerializationError
 
+from ._reseal import reseal
+
 TIMEOUT = 120
 
 
@@ -88,6 +90,7 @@ def test_manifest_alone_decides_classes(tmp_path: Path) -> None:
     document = json.loads(manifest_file.read_text())
     text = json.dumps(document).replace(f"{Model.__module__}:Model", "json.tool:NotAClass")
     manifest_file.write_text(text)
+    reseal(path)  # as if the class reference had been saved so
     sys.modules.pop("json.tool", None)
     with pytest.raises(SerializationError, match=r"json\.tool"):
         jio.load(path)
@@ -128,6 +131,7 @@ def test_tampered_array_shape_is_refused(tmp_path: Path) -> None:
     manifest_file = path / "jaxstruct" / "metadata"
     text = manifest_file.read_text().replace('"shape": [4]', '"shape": [5]')
     manifest_file.write_text(text)
+    reseal(path)  # a disagreement saved so, not a changed byte
     with pytest.raises(SerializationError, match="stored with shape"):
         jio.load(path)
 

@@ -16,6 +16,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.registry import SerializationError
 
+from ._reseal import reseal
+
 
 class Model(js.Struct):
     w: Any
@@ -119,6 +121,7 @@ def test_checkpoints_without_the_record_refuse_mesh(tmp_path: Path) -> None:
     document = json.loads(storage.read_text())
     del document["shardings"]
     storage.write_text(json.dumps(document))
+    reseal(path)
     mesh = _mesh((8,), ("data",))
     with pytest.raises(SerializationError, match=r"does not record how its arrays were sharded"):
         jio.load(path, mesh=mesh)
@@ -134,6 +137,7 @@ def test_a_malformed_record_is_refused(tmp_path: Path) -> None:
     document = json.loads(storage.read_text())
     document["shardings"]["a0"]["spec"] = ["nowhere"]
     storage.write_text(json.dumps(document))
+    reseal(path)
     with pytest.raises(SerializationError, match=r"malformed sharding record for array"):
         jio.load(path)
 

@@ -18,6 +18,8 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.orbax import _format, _read
 from jaxstruct.registry import SerializationError
 
+from ._reseal import reseal
+
 
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,6 +115,21 @@ def test_object_stores_get_data_files_of_one_block() -> None:
     assert _format._data_file_bytes("s3://bucket/run", arrays) == _read.block_bytes(total)
     assert _format._data_file_bytes("gs://bucket/run", arrays) == _read.block_bytes(total)
     assert _format._data_file_bytes(Path("/tmp/run"), arrays) == _format.DATA_FILE_BYTES
+    # Chunks: a bucket's are its data files; local ones are small, each checked cheaply.
+    block = _read.block_bytes(total)
+    assert _format._sizes("s3://bucket/run", arrays) == (block, block)
+    assert _format._sizes(Path("/tmp/run"), arrays) == (_format.DATA_FILE_BYTES, 4 << 20)
+
+
+def test_local_chunks_are_at_most_chunk_bytes(tmp_path: Path) -> None:
+    """A 16 MiB array saved locally is stored in chunks of at most 4 MiB."""
+    path = jio.export({"w": np.zeros((2048, 2048), np.float32)}, tmp_path / "ck", format="orbax")
+    import tensorstore as ts
+
+    kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{path / 'arrays'}/"}).result()
+    chunk = next(k for k in kv.list().result() if k.endswith(b"zarr.json"))
+    grid = json.loads(kv.read(chunk).result().value)["chunk_grid"]["configuration"]["chunk_shape"]
+    assert 0 < grid[0] * grid[1] * 4 <= 4 << 20
 
 
 def test_partial_restore_mixes_devices_and_host(tmp_path: Path, small_blocks: None) -> None:
@@ -151,6 +168,7 @@ def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> Non
     (path / "jaxstruct" / "metadata").write_text(
         (path / "jaxstruct" / "metadata").read_text().replace('"shape": [1]', '"shape": [64, 16]')
     )
+    reseal(path)
     sharding = NamedSharding(jax.make_mesh((2, 4), ("a", "b")), P(None, ("a", "b")))
     target = {"w": jax.ShapeDtypeStruct((64, 16), np.float32, sharding=sharding)}
     np.testing.assert_array_equal(np.asarray(jio.load(path, target=target)["w"]), data)
@@ -185,15 +203,6 @@ def test_missing_array_data_is_a_serialization_error(tmp_path: Path) -> None:
         jio.load(path, target=target)
 
 
-def test_aligned_empty_is_64_byte_aligned() -> None:
-    """The host buffers handed to JAX start on a 64-byte boundary, whatever the shape."""
-    for shape in [(1,), (3, 5), (7, 11, 13)]:
-        for dtype in (np.uint8, np.float32, np.complex128):
-            arr = _read.aligned_empty(shape, np.dtype(dtype))
-            assert arr.shape == shape and arr.dtype == dtype and arr.flags.c_contiguous
-            assert arr.ctypes.data % 64 == 0
-
-
 def test_store_blocks_are_a_128th_of_the_data_within_2_and_32_mib() -> None:
     """From object stores, the blocks in flight grow with the data, not beyond 1/16 of it;
     local files keep the largest blocks and the shared chunk cache."""
@@ -219,6 +228,7 @@ def test_array_names_from_the_file_are_checked(tmp_path: Path, name: str) -> Non
     document = json.loads(storage.read_text())
     document["names"] = {"a0": name}
     storage.write_text(json.dumps(document))
+    reseal(path)
     with pytest.raises(SerializationError, match="malformed names"):
         jio.load(path)
 

@@ -30,20 +30,25 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from jaxstruct.io import ArraySpec, empty_array
 
 __all__ = [
     "BLOCK_BYTES",
     "IN_FLIGHT",
+    "STORE_BLOCK_BYTES",
     "STORE_IN_FLIGHT",
     "Job",
     "Pace",
-    "aligned_empty",
     "block_bytes",
     "read_into_shards",
 ]
 
-#: Largest block read at once (rounded to whole stored chunks).
-BLOCK_BYTES = 32 << 20
+#: Largest block read at once from local files (rounded to whole stored chunks). With
+#: 4 MiB chunks (``_format.CHUNK_BYTES``), 16 MiB blocks kept a resharded restore of 1 GiB
+#: at 1.09-1.12x the data, where 32 MiB ones peaked at 1.17-1.24x.
+BLOCK_BYTES = 16 << 20
+#: Largest block (and stored chunk) in object stores.
+STORE_BLOCK_BYTES = 32 << 20
 #: Smallest block from an object store, however little is read.
 MIN_BLOCK_BYTES = 2 << 20
 #: Blocks being read at once from local files.
@@ -54,11 +59,11 @@ STORE_IN_FLIGHT = 8
 
 def block_bytes(total: int) -> int:
     """The block (and stored chunk) size in object stores for ``total`` bytes: 1/128 of
-    them, within 2 MiB and ``BLOCK_BYTES``.
+    them, within 2 MiB and ``STORE_BLOCK_BYTES``.
 
     ``STORE_IN_FLIGHT`` blocks in flight then hold 1/16 of the data at most.
     """
-    return min(BLOCK_BYTES, max(MIN_BLOCK_BYTES, total // 128))
+    return min(STORE_BLOCK_BYTES, max(MIN_BLOCK_BYTES, total // 128))
 
 
 class Pace(NamedTuple):
@@ -82,17 +87,13 @@ class Pace(NamedTuple):
         return (self.in_flight + 1) * self.block if self.cached else 0
 
 
-_ALIGN = 64  # what XLA's CPU client needs to adopt a host buffer without a copy
-
 Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
 
 
-def aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-ordered array whose data starts on a 64-byte boundary."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return raw[start : start + nbytes].view(dtype).reshape(tuple(shape))
+def _buffer(box: Box, dtype: np.dtype) -> np.ndarray:
+    """The 64-byte aligned host buffer of one shard (JAX's CPU client adopts it as it is)."""
+    shape = tuple(hi - lo for lo, hi in box)
+    return empty_array(ArraySpec(dtype, shape, math.prod(shape) * dtype.itemsize))
 
 
 def _box(index: tuple[slice, ...], shape: Sequence[int]) -> Box:
@@ -153,16 +154,9 @@ def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
     _fill(plans, pace)
     out = {}
     for key, plan in plans.items():
-        arrays = []
-        for box, devices in plan.devices_of.items():
-            host = plan.buffers[box]
-            if plan.job.view is not None:
-                host = host.view(plan.job.view)
-            for device in devices:
-                where = jax.sharding.SingleDeviceSharding(
-                    device, memory_kind=plan.job.sharding.memory_kind
-                )
-                arrays.append(jax.device_put(host, where))
+        for box in list(plan.buffers):  # shards no block fed (none, unless the array is empty)
+            plan.place(box)
+        arrays = [piece for box in plan.devices_of for piece in plan.placed[box]]
         out[key] = jax.make_array_from_single_device_arrays(
             plan.job.shape, plan.job.sharding, arrays
         )
@@ -178,9 +172,34 @@ class _Plan:
         self.devices_of: dict[Box, list[Any]] = collections.defaultdict(list)
         for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
             self.devices_of[_box(index, job.shape)].append(device)
-        self.buffers = {
-            box: aligned_empty([hi - lo for lo, hi in box], self.dtype) for box in self.devices_of
-        }
+        self.buffers = {box: _buffer(box, self.dtype) for box in self.devices_of}
+        self.placed: dict[Box, list[Any]] = {}  # each shard's arrays, once on its devices
+        self.waiting: dict[Box, int] = {}  # blocks each shard still waits for (set by _fill)
+
+    def place(self, box: Box) -> None:
+        """Hand the filled host buffer of shard ``box`` to its devices, and let it go.
+
+        On an accelerator this copies it to device memory: a shard's host buffer
+        lives from its first block to its last, never until the whole restore
+        ends (on CPU devices, JAX adopts the aligned buffer as it is).
+        """
+        import jax
+
+        host = self.buffers.pop(box)
+        if self.job.view is not None:
+            host = host.view(self.job.view)
+        memory_kind = self.job.sharding.memory_kind
+        self.placed[box] = [
+            jax.device_put(host, jax.sharding.SingleDeviceSharding(device, memory_kind=memory_kind))
+            for device in self.devices_of[box]
+        ]
+
+    def done(self, parts: Sequence[tuple[Box, Box]]) -> None:
+        """Blocks feeding ``parts`` are written: place each shard that waits for no more."""
+        for box, _ in parts:
+            self.waiting[box] -= 1
+            if not self.waiting[box]:
+                self.place(box)
 
     def reads(self, limit: int) -> Iterator[tuple[Box, list[tuple[Box, Box]]]]:
         """``(region to read, [(shard, part of the region for that shard)])`` per block."""
@@ -224,8 +243,11 @@ def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
     limit = pace.block
     pending: collections.deque[_Pending] = collections.deque()
     in_flight = 0
-    for plan in plans.values():
-        for need, parts in plan.reads(limit):
+    reads = {key: list(plan.reads(limit)) for key, plan in plans.items()}
+    for key, plan in plans.items():
+        plan.waiting = collections.Counter(box for _, parts in reads[key] for box, _ in parts)
+    for key, plan in plans.items():
+        for need, parts in reads[key]:
             nbytes = math.prod(hi - lo for lo, hi in need) * plan.dtype.itemsize
             while pending and in_flight + nbytes > max(pace.in_flight * limit, 2 * nbytes):
                 in_flight -= pending.popleft().finish()
@@ -236,7 +258,7 @@ def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
                     )
                     for box, cut in parts
                 ]
-                pending.append(_Pending(nbytes, writes))
+                pending.append(_Pending(nbytes, writes, plan=plan, parts=parts))
             else:
                 read = plan.job.store[_within(need, None)].read()
                 pending.append(_Pending(nbytes, [], read, plan, need, parts))
@@ -269,4 +291,6 @@ class _Pending(NamedTuple):
             data = self.read.result()
             for box, cut in self.parts:
                 self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.need)]
+        if self.plan is not None:
+            self.plan.done(self.parts)
         return self.nbytes

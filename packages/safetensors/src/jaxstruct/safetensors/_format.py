@@ -46,6 +46,7 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
+from ._checksums import CHECKSUMS_KEY, Checker, Checksums, decode_checksums
 from ._header import Entry, Header, dtype_of, read_header, stored_name
 from ._read import read_tensor
 from ._write import Tensor, write_file
@@ -210,11 +211,28 @@ class SafetensorsFormat(Format):
         file = open(path, "rb")  # noqa: SIM115 - open until the checkpoint is closed
         try:
             header = read_header(file, limits, where)
+            checksums = _checksums(header, where)
             stored = _stored_table(header, where) if MANIFEST_KEY in header.metadata else None
         except BaseException:
             file.close()
             raise
-        return _Opened(file, header, stored, where)
+        if checksums is None:
+            return _Opened(file, header, stored, where)
+        return _CheckedOpened(file, header, stored, where, checksums)
+
+
+def _checksums(header: Header, where: str) -> Checksums | None:
+    """The file's checksums, the header's own checked; ``None`` when it has none (a file
+    another tool wrote, or jaxstruct-safetensors before 0.2)."""
+    text = header.metadata.get(CHECKSUMS_KEY)
+    if text is None:
+        return None
+    start = header.data_start
+    sizes = {
+        name: (e.dtype, e.shape, e.begin - start, e.end - start)
+        for name, e in header.tensors.items()
+    }
+    return decode_checksums(text, header.metadata, sizes, where)
 
 
 def _stored_table(header: Header, where: str) -> dict[str, Stored]:
@@ -242,6 +260,10 @@ def _stored_table(header: Header, where: str) -> dict[str, Stored]:
 
 
 class _Opened(OpenedCheckpoint):
+    """An open file without checksums: read as it is."""
+
+    checksums: Checksums | None = None
+
     def __init__(
         self, file: Any, header: Header, stored: dict[str, Stored] | None, where: str
     ) -> None:
@@ -300,15 +322,51 @@ class _Opened(OpenedCheckpoint):
                 )
         out = {}
         fd = self.file.fileno()
-        for key, placement in wanted.items():
-            spec = table[key]
-            entry, fortran = self._entry(key, spec)
-            dtype, shape = np.dtype(spec[0]), tuple(spec[1])
-            value = read_tensor(fd, entry.begin, dtype, shape, placement, where=self.where)
-            if fortran and placement is None:
-                value = np.asfortranarray(value)
-            out[key] = value
+        checker = None if self.checksums is None else Checker(self.checksums, self.where)
+        try:
+            for key, placement in wanted.items():
+                spec = table[key]
+                entry, fortran = self._entry(key, spec)
+                dtype, shape = np.dtype(spec[0]), tuple(spec[1])
+                check = None if checker is None else (checker, self._tensor_name(key))
+                value = read_tensor(
+                    fd, entry.begin, dtype, shape, placement, where=self.where, check=check
+                )
+                if fortran and placement is None:
+                    value = np.asfortranarray(value)
+                out[key] = value
+        finally:
+            if checker is not None:
+                checker.finish()  # every check ends before the file may close
         return out
+
+    def _tensor_name(self, key: str) -> str:
+        return key if self.stored is None else self.stored[key].name
 
     def close(self) -> None:
         self.file.close()
+
+
+class _CheckedOpened(_Opened):
+    """An open file with checksums: every byte read is checked (``_checksums``)."""
+
+    def __init__(
+        self,
+        file: Any,
+        header: Header,
+        stored: dict[str, Stored] | None,
+        where: str,
+        checksums: Checksums,
+    ) -> None:
+        super().__init__(file, header, stored, where)
+        self.checksums = checksums
+
+    def verify(self, table: Mapping[str, ArraySpec]) -> list[str]:
+        """Read and check every tensor, one at a time; one message per bad tensor."""
+        problems = []
+        for key in table:
+            try:
+                self.read_arrays(table, {key: None})
+            except SerializationError as err:
+                problems.append(str(err))
+        return problems

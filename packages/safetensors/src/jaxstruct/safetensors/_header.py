@@ -66,7 +66,8 @@ _NAMES = {
 }
 
 
-_ML_NAMES = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"})
+# The safetensors dtype names whose NumPy dtype comes from ml_dtypes (not NumPy itself).
+_FROM_ML_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"})
 
 
 def _dtypes() -> dict[str, np.dtype]:
@@ -74,7 +75,7 @@ def _dtypes() -> dict[str, np.dtype]:
 
     out = {}
     for name, numpy_name in _NAMES.items():
-        if name in _ML_NAMES:
+        if name in _FROM_ML_DTYPES:
             found = getattr(ml_dtypes, numpy_name, None)
             if found is None:  # an older ml_dtypes: that dtype is not read
                 continue

@@ -41,7 +41,9 @@ import numpy as np
 from jaxstruct.io import host_array, host_pieces
 from jaxstruct.registry import SerializationError
 
-from ._header import encode_header, numpy_name
+from . import _checksums
+from ._checksums import CHECKSUMS_KEY, CrcStream, encode_checksums, header_crc, piece_crcs, pool
+from ._header import dtype_of, encode_header, numpy_name
 
 __all__ = ["COPY_BUDGET", "FLUSH_FROM", "MAX_HEADER_BYTES", "Tensor", "write_file"]
 
@@ -208,16 +210,18 @@ def _library_error(err: Exception) -> SerializationError:
     return SerializationError(f"the safetensors library could not write the file: {err}")
 
 
-def _write_bytes(file: Any, block: np.ndarray) -> None:
+def _write_bytes(file: Any, block: np.ndarray, crcs: CrcStream) -> None:
     block = np.ascontiguousarray(block)
     if block.size:
-        file.write(block.reshape(-1).view(np.uint8).data)
+        data = block.reshape(-1).view(np.uint8).data
+        crcs.feed(data)
+        file.write(data)
 
 
-def _write_array(file: Any, arr: Any) -> None:
+def _write_array(file: Any, arr: Any, crcs: CrcStream) -> None:
     """Write ``arr``'s bytes in C order, shard by shard when it is split along axis 0 only."""
     if isinstance(arr, np.ndarray):
-        _write_bytes(file, arr)
+        _write_bytes(file, arr, crcs)
         return
     pieces = host_pieces(arr)
     whole_rows = all(
@@ -228,28 +232,51 @@ def _write_array(file: Any, arr: Any) -> None:
         for index, _ in pieces
     )
     if not whole_rows or arr.ndim == 0:
-        _write_bytes(file, host_array(arr))
+        _write_bytes(file, host_array(arr), crcs)
         return
     pieces.sort(key=lambda p: p[0][0].start or 0 if p[0] else 0)
     row = 0
     for index, piece in pieces:
         start = (index[0].start or 0) if index else 0
         if start != row:
-            _write_bytes(file, host_array(arr))  # pragma: no cover - pieces leave a gap
+            _write_bytes(file, host_array(arr), crcs)  # pragma: no cover - pieces leave a gap
             return
         row = start + piece.shape[0]
     for _, piece in pieces:
-        _write_bytes(file, piece)
+        _write_bytes(file, piece, crcs)
+
+
+def _with_checksums(
+    metadata: Mapping[str, str], plan: Mapping[str, Tensor], crcs: Mapping[str, Any]
+) -> dict[str, str]:
+    """``metadata`` with the checksums entry: ``crcs`` per tensor name, and the header's."""
+    layout = [(t.name, dtype_of(t.dtype), t.shape) for t in plan.values()]
+    piece = _checksums.PIECE_BYTES
+    entry = encode_checksums(header_crc(metadata, layout), piece, crcs)
+    return {**metadata, CHECKSUMS_KEY: entry}
 
 
 def _tensor_by_tensor(
     path: Any, metadata: Mapping[str, str], plan: Mapping[str, Tensor], arrays: Mapping[str, Any]
 ) -> None:
+    """Write the header with placeholder CRCs, the tensors (summed as they go), then the
+    header again in place: the CRCs have fixed widths, so it keeps its length."""
     entries = {t.name: (t.dtype, t.shape, t.nbytes) for t in plan.values()}
+    piece = _checksums.PIECE_BYTES
+    zeros = {t.name: [0] * -(-t.nbytes // piece) for t in plan.values()}
+    placeholder = encode_header(_with_checksums(metadata, plan, zeros), entries)
+    crcs = {}
     with open(path, "xb") as file, _flushed_while_written(lambda: os.dup(file.fileno())):
-        file.write(encode_header(metadata, entries))
-        for key in plan:
-            _write_array(file, arrays[key])
+        file.write(placeholder)
+        for key, tensor in plan.items():
+            stream = CrcStream(piece)
+            _write_array(file, arrays[key], stream)
+            crcs[tensor.name] = stream.result()
+        header = encode_header(_with_checksums(metadata, plan, crcs), entries)
+        if len(header) != len(placeholder):  # pragma: no cover - fixed-width CRCs
+            raise SerializationError("the safetensors header changed length while written")
+        file.flush()
+        os.pwrite(file.fileno(), header, 0)
 
 
 def write_file(
@@ -263,5 +290,8 @@ def write_file(
     if buffers is None:
         _tensor_by_tensor(path, metadata, plan, arrays)
         return "jaxstruct"
-    _with_library(path, metadata, plan, buffers)
+    piece = _checksums.PIECE_BYTES
+    summing = {t.name: pool().submit(piece_crcs, buffers[key], piece) for key, t in plan.items()}
+    crcs = {name: future.result() for name, future in summing.items()}
+    _with_library(path, _with_checksums(metadata, plan, crcs), plan, buffers)
     return "safetensors"
