@@ -15,14 +15,15 @@
 #    with every package, and once without jaxstruct-orbax, whose JAX floor is
 #    above the other layers' (there the orbax tests are skipped, by name).
 #
-# Some test modules check the project's tooling rather than the packages: the
-# built docs site in a browser (tests/test_site.py: the same HTML whichever
-# Python builds it) and the built distributions installed in a fresh venv
-# (tests/test_release.py) run once, in part 1; the benchmark harness
-# (tests/test_benchmarks.py, tests/test_bench_debug.py, tests/test_bench_replace.py: run at
-# uv.lock's versions, where their targets are set) runs in parts 1 and 2, on
-# every supported Python, and not at the floors. Each is left out with
-# pytest's --ignore, so the summary's count says so.
+# Some test modules check the project's tooling rather than the packages, and
+# run once, in part 1, on the current interpreter: the built docs site in a
+# browser (tests/test_site.py: the same HTML whichever Python builds it), the
+# built distributions installed in a fresh venv (tests/test_release.py), and
+# the benchmark harnesses (tests/test_benchmarks.py, tests/test_bench_debug.py,
+# tests/test_bench_replace.py: benchmarks run at uv.lock's versions, where
+# their targets are set, in fresh processes that take most of their time). The
+# other runs leave them out with pytest's --ignore, so their summaries' counts
+# say so.
 #
 # Interpreters are looked for (scripts/find_python.sh), never downloaded:
 # outside CI a missing one is reported and skipped, with CI=true it fails the
@@ -96,8 +97,8 @@ done
 # floors would lift JAX's above the layers' own).
 export JAXSTRUCT_TEST_PEERS=1
 # What the runs after the first leave out (see the header).
-SITE=(--ignore=tests/test_site.py --ignore=tests/test_release.py)
-TOOLING=("${SITE[@]}" --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py
+TOOLING=(--ignore=tests/test_site.py --ignore=tests/test_release.py
+    --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py
     --ignore=tests/test_bench_replace.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
@@ -112,7 +113,7 @@ for version in $SUPPORTED_PYTHONS; do
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
         uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
-    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "${SITE[@]}" "$@"
+    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "$@"
 done
 
 # uv.lock stays untouched: each lowest resolution is locked in a copy of the tree
