@@ -1,5 +1,5 @@
-"""Checkpoints saved while a class was another library's pytree node load into the Struct
-that class became, when the user vouches for it (issue 39, item 1)."""
+"""Checkpoints saved while a class was another library's pytree node (flax.struct, equinox,
+chex) load into the Struct that class became, when the user vouches for it (issue 39, item 1)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,21 @@ BEFORE = {
             apply_fn: Any = eqx.field(static=True, default=None)
             scale: float = eqx.field(static=True, default=2.0)
     """,
+    # chex has no static fields: every field is a leaf, and a function cannot be one.
+    "chex": """
+        import chex
+        from typing import Any
+
+        def forward(x):
+            return x
+
+        @chex.dataclass(frozen=True)
+        class State:
+            mean: Any
+            count: Any
+            apply_fn: Any = None
+            scale: float = 2.0
+    """,
 }
 
 AFTER = """
@@ -79,17 +94,19 @@ AFTER = """
 def ported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """A checkpoint written while ``State`` was a flax.struct dataclass (or an equinox
     Module), and the module reloaded with ``State`` a Struct."""
+    pytest.importorskip(request.param)
     name = f"ported_{request.param}"
     module_file = tmp_path / f"{name}.py"
     module_file.write_text(textwrap.dedent(BEFORE[request.param]))
     sys.path.insert(0, str(tmp_path))
     try:
         module = importlib.import_module(name)
-        old = module.State(mean=jnp.arange(3.0), count=jnp.int32(4), apply_fn=module.forward)
+        apply_fn = None if request.param == "chex" else module.forward
+        old = module.State(mean=jnp.arange(3.0), count=jnp.int32(4), apply_fn=apply_fn)
         path = jio.export({"state": old}, tmp_path / "ck")
         jio.export(old, tmp_path / "root")
         # Sound for the old class, refused by the struct's validator.
-        jio.export({"state": module.State(jnp.zeros(4), jnp.int32(0))}, tmp_path / "bad")
+        jio.export({"state": module.State(mean=jnp.zeros(4), count=jnp.int32(0))}, tmp_path / "bad")
         module_file.write_text(textwrap.dedent(AFTER))
         importlib.invalidate_caches()
         module = importlib.reload(module)
@@ -122,7 +139,9 @@ def test_a_target_holding_the_struct_loads_it_by_field_names(ported: tuple[Any, 
     back = jio.load(path, target=target)["state"]
     assert type(back) is module.State
     np.testing.assert_array_equal(back.mean, np.arange(3.0))
-    assert int(back.count) == 4 and back.apply_fn is module.forward and back.scale == 2.0
+    # chex stored apply_fn as a field (None): the file's value, not the target's.
+    stored_fn = None if module.__name__ == "ported_chex" else module.forward
+    assert int(back.count) == 4 and back.apply_fn is stored_fn and back.scale == 2.0
 
 
 def test_load_cls_vouches_for_the_struct(ported: tuple[Any, Path]) -> None:
