@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import abc
 import random
-import threading
 import typing
 
 import jax
@@ -41,23 +41,33 @@ def test_array_annotations_draw_arrays(x: Annotated_) -> None:
     assert isinstance(x.scalar, np.number)
 
 
-class _Lockish:
-    def __init__(self, lock: threading.Lock) -> None:  # not a type Hypothesis can draw
-        self.lock = lock
+class _Handle(abc.ABC):
+    """Abstract, with no concrete subclass: no value of it can be drawn, on any Python.
+
+    (A class whose __init__ takes a threading.Lock is drawable from Python 3.13 on,
+    where threading.Lock is a class Hypothesis can build.)"""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
 
 class Undrawable(js.Struct):
     w: np.ndarray
-    thing: _Lockish
+    thing: _Handle
 
 
 def test_undrawable_annotation_is_refused_at_structs_call() -> None:
     """A field no value can be drawn for is a TypeError from structs(), naming class and field."""
     with pytest.raises(TypeError, match=r"structs\(Undrawable\): cannot draw values for field "):
         structs(Undrawable)
-    with pytest.raises(TypeError, match="'thing' annotated _Lockish"):
+    with pytest.raises(TypeError, match="'thing' annotated _Handle"):
         structs(Undrawable)
-    structs(Undrawable, thing=st.just(_Lockish(threading.Lock())))  # the way out
+
+    class Open(_Handle):
+        def close(self) -> None:
+            pass
+
+    structs(Undrawable, thing=st.just(Open()))  # the way out
 
 
 class Typed(js.Struct, typecheck=True):
