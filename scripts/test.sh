@@ -100,12 +100,14 @@ export JAXSTRUCT_TEST_PEERS=1
 TOOLING=(--ignore=tests/test_site.py --ignore=tests/test_release.py
     --ignore=tests/test_benchmarks.py --ignore=tests/test_bench_debug.py
     --ignore=tests/test_bench_replace.py)
-# The S3 and GCS tests start moto's and fake-gcs-server's processes and run the
-# orbax format against them through tensorstore and s3fs/gcsfs (about 30 s a
-# run): what they check is the servers' protocol, not the interpreter, so they
-# run on the oldest Python only, at uv.lock's versions and at the floors.
-SERVERS=(--ignore=tests/orbax/test_object_store.py)
-OLDEST=${SUPPORTED_PYTHONS%% *}
+# Two slow end-to-end runs also run once, in part 1 (to keep CI within 20
+# minutes on 2 cores): the S3 and GCS tests, which start moto's and
+# fake-gcs-server's processes and run the orbax format against them (about 30 s
+# a run; what they check is the servers' protocol, not the interpreter), and
+# the property-testing example, a pytest run of examples/property_testing in a
+# subprocess (about 20 s a run, one worker).
+FIRST_ONLY=(--ignore=tests/orbax/test_object_store.py
+    --ignore=tests/testing/test_property_example.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
 step "pyright" pyright
@@ -119,7 +121,7 @@ for version in $SUPPORTED_PYTHONS; do
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
         uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
-    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "${SERVERS[@]}" "$@"
+    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "$@"
 done
 
 # uv.lock stays untouched: each lowest resolution is locked in a copy of the tree
@@ -159,10 +161,8 @@ print("   at", ", ".join(at(n) for n in names.split()))'
 pytest_lowest() (  # pytest_lowest SCRATCH X.Y [pytest arguments]
     cd "$1/tree"
     venv="$1/py$2"
-    local skip=()
-    [[ "$2" == "$OLDEST" ]] || skip=("${SERVERS[@]}")
     shift 2
-    in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "${skip[@]}" "$@"
+    in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "$@"
 )
 lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and pytest on each
     local scratch=$1 label=$2 version todo=()

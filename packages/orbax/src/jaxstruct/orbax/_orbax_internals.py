@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: The orbax-checkpoint versions this distribution declares (its requirements).
-SUPPORTED = ">=0.12"
+SUPPORTED = ">=0.12.5"
 #: The newest orbax-checkpoint minor version CI runs the format's tests with.
 TESTED = "0.12"
 
