@@ -9,7 +9,6 @@ import typing
 import jax
 import jaxstruct.core as js
 import numpy as np
-import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,33 +87,6 @@ def test_typecheck_draws_leave_the_random_module_alone(x: Typed) -> None:
     random.seed(0)
     x.replace(shape=(*x.shape, 1))  # construction runs the type check again
     assert random.random() == expected
-
-
-class Point(typing.NamedTuple):
-    x: np.ndarray
-    y: np.ndarray
-    label: str = "p"
-
-
-class OptimiserState(js.Struct):
-    adam: optax.ScaleByAdamState
-    chain: tuple[optax.ScaleByAdamState, optax.EmptyState, optax.EmptyState]
-    point: Point
-
-
-@settings(max_examples=20, database=None, deadline=None)
-@given(structs(OptimiserState))
-def test_optax_states_and_named_tuples_are_drawn(x: OptimiserState) -> None:
-    """optax's states (forward references in their annotations) and namedtuples are drawn."""
-    assert type(x.adam) is optax.ScaleByAdamState
-    assert isinstance(x.adam.mu, np.ndarray | jax.Array)
-    assert [type(s) for s in x.chain] == [
-        optax.ScaleByAdamState,
-        optax.EmptyState,
-        optax.EmptyState,
-    ]
-    assert type(x.point) is Point and isinstance(x.point.x, np.ndarray)
-    assert isinstance(x.point.label, str)
 
 
 @settings(max_examples=20, database=None, deadline=None)
