@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from jaxstruct.io import _host, _zip
+from jaxstruct.io import _async, _host, _zip
 from jaxstruct.registry import SerializationError
 
 from .conftest import assert_same
@@ -385,6 +385,25 @@ def test_an_asynchronous_export_copies_through_fresh_arrays(
     handle.wait()
     assert copies.calls == 4  # one per distinct block: rows over "a", replicated over "b"
     assert_same(state, jio.load(tmp_path / "ck", target=state))
+
+
+def test_an_asynchronous_snapshot_of_a_device_array_is_its_one_host_copy(
+    monkeypatch: pytest.MonkeyPatch, streaming: None
+) -> None:
+    """The private snapshot export(blocking=False) takes of an array in accelerator memory
+    is the fresh host copy itself, not a second copy of it."""
+    made: list[Any] = []
+
+    def start(data: Any, local: Any) -> Any:
+        made.append(_host._fresh(data, local))
+        return made[-1]
+
+    monkeypatch.setattr(_host, "copy_start", start)
+    data = jax.random.normal(KEY, (64, 96))
+    snapshot = _async.host_copy(data)
+    assert len(made) == 1
+    assert np.shares_memory(snapshot, np.asarray(made[0]))
+    assert snapshot.tobytes() == np.asarray(data).tobytes()
 
 
 def test_a_failing_copy_in_host_pieces_raises_our_error(

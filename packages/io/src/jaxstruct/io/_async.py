@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError, StructError
 
-from . import _process
+from . import _host, _process
 from ._formats import PendingWrite, host_array
 
 _lock = threading.Lock()
@@ -116,5 +116,9 @@ def host_copy(arr: Any) -> np.ndarray:
     if isinstance(arr, np.ndarray):
         return arr.copy(order="K")
     out = host_array(arr)
+    if out.flags.owndata or _host.streams(arr):
+        # Assembled from pieces, or copied from accelerator memory through fresh device
+        # arrays that nobody else holds: already private, and copied once only.
+        return out
     # A CPU jax.Array may be viewed without a copy; donation would free that memory.
-    return out if out.flags.owndata else out.copy(order="K")
+    return out.copy(order="K")
