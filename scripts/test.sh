@@ -13,7 +13,8 @@
 # 3. pytest at the lowest versions the packages declare (uv's
 #    `--resolution lowest-direct`), locked in a scratch copy of the tree: once
 #    with every package, and once without jaxstruct-orbax, whose JAX floor is
-#    above the other layers' (there the orbax tests are skipped, by name).
+#    above the other layers' (there the orbax tests are skipped, by name; and on
+#    the Pythons where both run, the run with it runs only the orbax tests).
 #
 # Some test modules check the project's tooling rather than the packages, and
 # run once, in part 1, on the current interpreter: the built docs site in a
@@ -38,6 +39,10 @@ SUPPORTED_PYTHONS="3.11 3.12 3.13"
 # resolves to differ (NumPy 1.26 has no wheels for 3.13), and old releases break
 # first on the newest Python.
 LOWEST_PYTHONS="3.11 3.13"
+# On these, the floors run with jaxstruct-orbax runs only the tests that need it
+# (JAXSTRUCT_TEST_ONLY_ORBAX=1, tests/conftest.py): the run without it below tests
+# everything else there at the other layers' lower floors.
+LOWEST_ONLY_ORBAX_PYTHONS="3.11"
 # The floors once more without jaxstruct-orbax (its JAX floor, 0.7.1, is above the
 # other layers' 0.4.36, so the run above never reaches theirs): on the oldest
 # Python only, where the oldest JAX and NumPy resolve; it keeps CI near 15 minutes.
@@ -105,9 +110,13 @@ TOOLING=(--ignore=tests/test_site.py --ignore=tests/test_release.py
 # fake-gcs-server's processes and run the orbax format against them (about 30 s
 # a run; what they check is the servers' protocol, not the interpreter), and
 # the property-testing example, a pytest run of examples/property_testing in a
-# subprocess (about 20 s a run, one worker).
+# subprocess (about 20 s a run, one worker); and the type checkers' tests
+# (tests/test_typing.py), where pyright checks our classes as Python 3.11 and 3.13
+# see them in one run.
 FIRST_ONLY=(--ignore=tests/orbax/test_object_store.py
-    --ignore=tests/testing/test_property_example.py)
+    --deselect=tests/orbax/test_multiprocess.py::test_two_processes_save_to_an_object_store_and_restore
+    --ignore=tests/testing/test_property_example.py
+    --ignore=tests/test_typing.py)
 step "ruff format --check" ruff format --check .
 step "ruff check" ruff check .
 step "pyright" pyright
@@ -161,8 +170,13 @@ print("   at", ", ".join(at(n) for n in names.split()))'
 pytest_lowest() (  # pytest_lowest SCRATCH X.Y [pytest arguments]
     cd "$1/tree"
     venv="$1/py$2"
+    local only_orbax=""
+    if [[ -z "${JAXSTRUCT_TEST_WITHOUT_ORBAX:-}" && " $LOWEST_ONLY_ORBAX_PYTHONS " == *" $2 "* ]]; then
+        only_orbax=1
+    fi
     shift 2
-    in_venv "$venv" python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "$@"
+    in_venv "$venv" env JAXSTRUCT_TEST_ONLY_ORBAX="$only_orbax" \
+        python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "$@"
 )
 lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and pytest on each
     local scratch=$1 label=$2 version todo=()
@@ -183,7 +197,11 @@ lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and py
     # The tests read the real pyproject.toml (tests/test_packaging.py).
     cp "$ROOT/pyproject.toml" "$scratch/tree/pyproject.toml"
     for version in "${todo[@]}"; do
-        step "pytest, Python $version ($label)" pytest_lowest "$scratch" "$version" "${PYTEST_ARGS[@]}"
+        local what=$label
+        if [[ -z "${JAXSTRUCT_TEST_WITHOUT_ORBAX:-}" && " $LOWEST_ONLY_ORBAX_PYTHONS " == *" $version "* ]]; then
+            what="$label, only the tests that need orbax"
+        fi
+        step "pytest, Python $version ($what)" pytest_lowest "$scratch" "$version" "${PYTEST_ARGS[@]}"
     done
 }
 

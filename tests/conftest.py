@@ -42,6 +42,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 WITHOUT_ORBAX = os.environ.get("JAXSTRUCT_TEST_WITHOUT_ORBAX") == "1"
 # tests/orbax imports jaxstruct.orbax at collection.
 collect_ignore = ["orbax"] if WITHOUT_ORBAX else []
+# ... and once at the floors with it, on the oldest Python, where only the tests that
+# need jaxstruct-orbax are run (JAXSTRUCT_TEST_ONLY_ORBAX=1; the others are deselected:
+# the run without it tests them at the other layers' lower floors).
+ONLY_ORBAX = os.environ.get("JAXSTRUCT_TEST_ONLY_ORBAX") == "1"
 
 
 # The peers: other libraries whose pytrees jaxstruct stores and whose behaviour the
@@ -65,6 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "JAXSTRUCT_TEST_WITHOUT_ORBAX=1 skips the orbax tests, but jaxstruct.orbax is "
             "installed: unset JAXSTRUCT_TEST_WITHOUT_ORBAX to run them"
+        )
+    if ONLY_ORBAX and WITHOUT_ORBAX:
+        raise pytest.UsageError(
+            "JAXSTRUCT_TEST_ONLY_ORBAX=1 and JAXSTRUCT_TEST_WITHOUT_ORBAX=1 select nothing: "
+            "unset one of them"
         )
 
 
@@ -106,6 +115,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _needs_missing_peer(item)
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    if ONLY_ORBAX:
+        orbax_tests = Path(__file__).resolve().parent / "orbax"
+        kept = [i for i in items if orbax_tests in i.path.parents or _needs_orbax(i)]
+        dropped = [i for i in items if not (orbax_tests in i.path.parents or _needs_orbax(i))]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        return
     if not WITHOUT_ORBAX:
         return
     for item in items:

@@ -262,6 +262,14 @@ def test_floors_without_orbax_are_tested_on_the_oldest_python() -> None:
     assert {SUPPORTED[0]} <= set(lowest_core) <= set(SUPPORTED)
 
 
+def test_floors_run_only_the_orbax_tests_where_the_run_without_orbax_runs_the_rest() -> None:
+    """Where the floors' run with jaxstruct-orbax runs only the orbax tests, the run without
+    it runs every other test on the same Python: no test is left out of the floors there."""
+    only_orbax = set(_script_list("LOWEST_ONLY_ORBAX_PYTHONS"))
+    assert only_orbax <= set(_script_list("LOWEST_PYTHONS"))
+    assert only_orbax <= set(_script_list("LOWEST_CORE_PYTHONS"))
+
+
 def test_without_orbax_takes_orbax_out_of_the_root_project(tmp_path: Path) -> None:
     """scripts/without_orbax.py still applies to the root pyproject.toml, and leaves no orbax."""
     copy = tmp_path / "pyproject.toml"
