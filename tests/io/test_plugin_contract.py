@@ -501,9 +501,29 @@ def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
     Unchecked.reads.clear()
     assert main(["inspect", str(path), "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "every array read; the format stores no checksums" in out
+    assert "every array read; no checksums were checked" in out
     assert "every member is sound" not in out
     assert Unchecked.reads == [["a0"], ["a1"]]
+
+
+def test_inspect_of_a_format_that_states_no_checksums_says_so(
+    use: Callable[..., PluginRegistry], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin whose opened checkpoint sets no ``checksum_scheme`` is reported as not
+    stating its checksums, in the report, its text and its JSON (and by --verify)."""
+    import json
+
+    from jaxstruct.io._cli import main
+
+    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unchecked")
+    info = jio.inspect(path)
+    assert info.checksums == "not stated by the format" and info.has_manifest
+    assert "checksums: not stated by the format" in str(info).splitlines()[1]
+    assert main(["inspect", str(path), "--json", "--verify"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checksums"] == "not stated by the format"
+    assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
 
 
 def test_a_raising_sniff_costs_only_its_format(
