@@ -38,14 +38,17 @@ def test_inspect_lists_the_arrays_of_a_plain_orbax_checkpoint(plain: Path) -> No
         "params.w": ("<f4", (2, 3), 24),
         "step": ("<i4", (), 4),
     }
-    assert info.checksums == "none: written by another tool (orbax itself)"
+    assert info.checksums == "none checked by jaxstruct: written by another tool (orbax itself)"
     assert "load(path, target=...)" in info.note and "as a dict" not in info.note
     assert "  params.w: <f4[2, 3] 24 B" in str(info)
 
 
 def test_load_without_a_target_still_asks_for_one(plain: Path) -> None:
     """As the note says: orbax's tree may hold leaves that are not arrays, so no flat dict."""
-    with pytest.raises(SerializationError, match=r"no jaxstruct manifest.*pass target="):
+    with pytest.raises(
+        SerializationError,
+        match=r"orbax checkpoint has no jaxstruct manifest.*pass target=.*jaxstruct inspect PATH",
+    ):
         jio.load(plain)
 
 

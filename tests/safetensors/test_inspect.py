@@ -87,12 +87,16 @@ def test_verify_of_a_foreign_file_reads_every_tensor_and_says_nothing_was_checke
     assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
 
 
-def test_verify_of_a_truncated_foreign_file_fails(tmp_path: Path) -> None:
-    """A foreign file whose data is cut short cannot be inspected or verified: status 2."""
+def test_verify_of_a_truncated_foreign_file_names_the_tensor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A foreign file whose data is cut short is refused naming the tensor: status 2."""
     path = tmp_path / "cut.safetensors"
     safetensors.numpy.save_file({"w": np.ones(100, np.float32)}, str(path))
     path.write_bytes(path.read_bytes()[:-8])
     assert main(["inspect", str(path), "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "tensor 'w'" in err and "outside the file" in err and "manifest" not in err
 
 
 def test_inspect_of_our_file_names_its_checksums(

@@ -326,7 +326,7 @@ def _without_manifest(
 ) -> CheckpointInfo:
     """The report on a checkpoint another tool wrote: its tensors by name."""
     arrays = _tensor_table(fmt, opened, where)
-    label = f"{len(arrays)} tensors by name (no jaxstruct manifest)"
+    label = f"{len(arrays)} tensor{'' if len(arrays) == 1 else 's'} by name (no jaxstruct manifest)"
     lines = [label]
     children: list[dict[str, Any]] = []
     for name, (dtype, shape, nbytes) in arrays.items():

@@ -62,7 +62,7 @@ class PlainOrbaxCheckpoint(OpenedCheckpoint):
     manifest = None
     # What jaxstruct checks of it (``inspect`` says so); its scalar and string leaves are not
     # tensors, so a load needs a target (``loads_flat`` stays false).
-    checksum_scheme = "none: written by another tool (orbax itself)"
+    checksum_scheme = "none checked by jaxstruct: written by another tool (orbax itself)"
 
     def __init__(self, path: Any, limits: Limits, where: str) -> None:
         import jax
