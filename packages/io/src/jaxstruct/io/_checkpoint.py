@@ -257,6 +257,13 @@ def load(
     fmt, opened, top = open_any(where_path, lim, format)
     if top is None:
         try:
+            if target is None and mesh is not None:
+                raise SerializationError(
+                    f"{where}: mesh= puts arrays back as they were saved sharded, and this "
+                    f"{fmt.name} checkpoint (another tool wrote it) records no shardings; pass "
+                    "target= with the shardings you want (jax.ShapeDtypeStruct(shape, dtype, "
+                    "sharding=...) leaves)"
+                )
             return load_plain(fmt, opened, target=target, rename=rename, select=select, where=where)
         finally:
             opened.close()
