@@ -874,3 +874,28 @@ def test_a_declined_write_async_writes_once_in_the_background(
     handle.wait(timeout=60)
     assert Declining.writes == ["fake://declined"]
     np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])
+
+
+@pytest.mark.parametrize(
+    ("stated", "shown"),
+    [("xxHash-64 of every block", "xxHash-64 of every block"), (3, "not stated by the format")],
+)
+def test_inspect_reports_the_checksums_a_plugin_states(
+    stated: Any, shown: str, use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """A plugin's ``checksum_scheme`` is what inspect reports; one that is not a string is
+    reported as not stated (no foreign value reaches the report)."""
+
+    class Stating(Unchecked):
+        name = "stating"
+        suffixes = (".stating",)
+
+        def open(self, path: Any, limits: jio.Limits) -> Any:
+            opened = super().open(path, limits)
+            opened.checksum_scheme = stated
+            return opened
+
+    use(EntryPoint("s", Dist("dist-s"), _formats_plugin(Stating())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.stating")
+    assert jio.inspect(path).checksums == shown
+    assert jio.inspect(path).to_json()["checksums"] == shown

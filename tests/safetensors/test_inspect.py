@@ -136,3 +136,23 @@ def test_inspect_of_our_file_without_checksums_says_so(tmp_path: Path) -> None:
     assert info.checksums == (
         "none: written by an earlier jaxstruct-safetensors, which stored no checksums"
     )
+
+
+def test_inspect_and_verify_of_a_foreign_file_run_without_importing_jax(foreign: Path) -> None:
+    """`jaxstruct inspect --json --verify` of a file another tool wrote leaves JAX unloaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from jaxstruct.io._cli import main\n"
+        "status = main(['inspect', sys.argv[1], '--json', '--verify'])\n"
+        "print(status, 'jax' in sys.modules, 'jaxlib' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(foreign)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    *report, last = out.stdout.strip().splitlines()
+    assert json.loads("\n".join(report))["verify"]["ok"] is True
+    assert last == "0 False False"
