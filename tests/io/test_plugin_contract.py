@@ -899,3 +899,38 @@ def test_inspect_reports_the_checksums_a_plugin_states(
     path = jio.export({"a": np.ones(3)}, tmp_path / "x.stating")
     assert jio.inspect(path).checksums == shown
     assert jio.inspect(path).to_json()["checksums"] == shown
+
+
+class _Listless(jio.OpenedCheckpoint):
+    """A checkpoint without a manifest whose ``tensors()`` is malformed."""
+
+    manifest = None
+
+    def tensors(self) -> Any:
+        return {"w": ("not a dtype", (2,), 8)}
+
+
+class Listless(jio.Format):
+    name = "listless"
+    suffixes = (".listless",)
+
+    def sniff(self, path: Any) -> bool:
+        return Path(path).read_bytes() == b"listless"
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        return _Listless()
+
+
+def test_a_malformed_tensor_list_is_the_formats_bug_in_inspect_and_verify(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """inspect and --verify of a manifest-less checkpoint whose format lists its tensors
+    wrongly raise our error naming the format and its distribution, not a TypeError."""
+    from jaxstruct.io._inspect import verify_report
+
+    use(EntryPoint("l", Dist("dist-l"), _formats_plugin(Listless())))
+    path = tmp_path / "x.listless"
+    path.write_bytes(b"listless")
+    for call in (jio.inspect, verify_report):
+        with pytest.raises(SerializationError, match=r"'listless' format .*dist-l.*wrongly"):
+            call(path)

@@ -301,31 +301,36 @@ _TARGET_NOTE = (
 )
 
 
-def _tensor_table(
-    fmt: Format, opened: OpenedCheckpoint, where: str
-) -> dict[str, tuple[str, tuple[int, ...], int]]:
-    """``name -> (dtype name, shape, bytes)`` of a checkpoint without a manifest."""
+def _tensor_specs(fmt: Format, opened: OpenedCheckpoint, where: str) -> dict[str, ArraySpec]:
+    """The stored tensors of a checkpoint without a manifest, as its format lists them (a
+    malformed list is the format's bug, named as such)."""
     tensors = call_format(fmt, "tensors", where, opened.tensors)
-    out: dict[str, tuple[str, tuple[int, ...], int]] = {}
     try:
-        for name, spec in tensors.items():
-            dtype = np.dtype(spec[0])
-            # ml_dtypes' (bfloat16, float8_*) str is a bare void ("<V2"): show their name.
-            shown = dtype.name if dtype.type.__module__.startswith("ml_dtypes") else dtype.str
-            out[str(name)] = (shown, tuple(int(n) for n in spec[1]), int(spec[2]))
+        return {
+            str(name): ArraySpec(np.dtype(spec[0]), tuple(int(n) for n in spec[1]), int(spec[2]))
+            for name, spec in tensors.items()
+        }
     except (TypeError, ValueError, IndexError, AttributeError) as err:
         raise SerializationError(
             f"{where}: the {fmt.name!r} format ({source_of(fmt)}) listed its tensors wrongly "
             f"({type(err).__name__}: {err}); report it to the format's authors"
         ) from None
-    return out
+
+
+def _shown_dtype(dtype: np.dtype) -> str:
+    """A dtype as manifests name it (ml_dtypes' bfloat16 and float8s by name: their
+    ``str`` is a bare void, ``<V2``)."""
+    return dtype.name if dtype.type.__module__.startswith("ml_dtypes") else dtype.str
 
 
 def _without_manifest(
     target: Path | str, fmt: Format, opened: OpenedCheckpoint, checksums: str, where: str
 ) -> CheckpointInfo:
     """The report on a checkpoint another tool wrote: its tensors by name."""
-    arrays = _tensor_table(fmt, opened, where)
+    arrays = {
+        name: (_shown_dtype(spec.dtype), spec.shape, spec.nbytes)
+        for name, spec in _tensor_specs(fmt, opened, where).items()
+    }
     label = f"{len(arrays)} tensor{'' if len(arrays) == 1 else 's'} by name (no jaxstruct manifest)"
     lines = [label]
     children: list[dict[str, Any]] = []
@@ -374,10 +379,7 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     fmt, opened, top = open_any(target, lim)
     try:
         if top is None:
-            specs = {
-                name: ArraySpec(np.dtype(spec[0]), tuple(spec[1]), int(spec[2]))
-                for name, spec in call_format(fmt, "tensors", where, opened.tensors).items()
-            }
+            specs = _tensor_specs(fmt, opened, where)
         else:
             table = check_arrays_table(top["arrays"], where, lim)
             specs = {k: ArraySpec(*v) for k, v in table.items()}
