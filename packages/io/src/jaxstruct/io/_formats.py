@@ -286,8 +286,8 @@ class OpenedCheckpoint:
         manifest: the stored manifest bytes, or ``None`` (see above).
         checksum_scheme: what protects the stored bytes, in words, as
             :func:`jaxstruct.io.inspect` reports it (``"CRC-32 of every member"``;
-            ``"none: written by another tool"``). Optional: the default is
-            :data:`CHECKSUMS_NOT_STATED`.
+            ``"none: written by another tool"``). Optional: by default
+            ``"not stated by the format"``.
         loads_flat: for a checkpoint without a manifest, whether :meth:`tensors` is
             everything it holds (a safetensors file is names and tensors), so that
             ``load(path)`` without ``target=`` may return them as a dict
