@@ -116,3 +116,30 @@ def test_malformed_field_kinds_are_refused() -> None:
     state["manifest"]["nodes"][state["manifest"]["root"]][4] = "nx"
     with pytest.raises(SerializationError, match="malformed struct node"):
         jio.from_state_dict(state)
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip"], ids=["directory", "zip"])
+def test_report_says_what_protects_the_bytes(
+    suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inspect names the built-in formats' checksums, in the report, its text and --json."""
+    path = jio.export(_value(), tmp_path / f"ck{suffix}")
+    info = jio.inspect(path)
+    assert info.checksums == "CRC-32 of every member, the manifest's included"
+    assert info.has_manifest and info.note == ""
+    assert str(info).splitlines()[1] == f"checksums: {info.checksums}"
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checksums"] == info.checksums and report["has_manifest"] is True
+
+
+def test_a_directory_manifest_without_its_crc_is_reported(tmp_path: Path) -> None:
+    """A directory checkpoint whose manifest.json carries no CRC (written before manifests
+    had one, or unzipped from a .zip) says its manifest is unchecked."""
+    path = jio.export({"w": np.zeros(6, np.float32)}, tmp_path / "ck")
+    manifest = path / "manifest.json"
+    manifest.write_text(re.sub(r',"checksum":"[^"]*"\}\s*$', "}", manifest.read_text()))
+    assert jio.inspect(path).checksums == (
+        "CRC-32 of every array member; manifest.json has none (written before manifests "
+        "carried one, or unzipped from a .zip)"
+    )

@@ -501,9 +501,29 @@ def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
     Unchecked.reads.clear()
     assert main(["inspect", str(path), "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "every array read; the format stores no checksums" in out
+    assert "every array read; no checksums were checked" in out
     assert "every member is sound" not in out
     assert Unchecked.reads == [["a0"], ["a1"]]
+
+
+def test_inspect_of_a_format_that_states_no_checksums_says_so(
+    use: Callable[..., PluginRegistry], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin whose opened checkpoint sets no ``checksum_scheme`` is reported as not
+    stating its checksums, in the report, its text and its JSON (and by --verify)."""
+    import json
+
+    from jaxstruct.io._cli import main
+
+    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unchecked")
+    info = jio.inspect(path)
+    assert info.checksums == "not stated by the format" and info.has_manifest
+    assert "checksums: not stated by the format" in str(info).splitlines()[1]
+    assert main(["inspect", str(path), "--json", "--verify"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checksums"] == "not stated by the format"
+    assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
 
 
 def test_a_raising_sniff_costs_only_its_format(
@@ -854,3 +874,63 @@ def test_a_declined_write_async_writes_once_in_the_background(
     handle.wait(timeout=60)
     assert Declining.writes == ["fake://declined"]
     np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])
+
+
+@pytest.mark.parametrize(
+    ("stated", "shown"),
+    [("xxHash-64 of every block", "xxHash-64 of every block"), (3, "not stated by the format")],
+)
+def test_inspect_reports_the_checksums_a_plugin_states(
+    stated: Any, shown: str, use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """A plugin's ``checksum_scheme`` is what inspect reports; one that is not a string is
+    reported as not stated (no foreign value reaches the report)."""
+
+    class Stating(Unchecked):
+        name = "stating"
+        suffixes = (".stating",)
+
+        def open(self, path: Any, limits: jio.Limits) -> Any:
+            opened = super().open(path, limits)
+            opened.checksum_scheme = stated
+            return opened
+
+    use(EntryPoint("s", Dist("dist-s"), _formats_plugin(Stating())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.stating")
+    assert jio.inspect(path).checksums == shown
+    assert jio.inspect(path).to_json()["checksums"] == shown
+
+
+class _Listless(jio.OpenedCheckpoint):
+    """A checkpoint without a manifest whose ``tensors()`` is malformed."""
+
+    manifest = None
+
+    def tensors(self) -> Any:
+        return {"w": ("not a dtype", (2,), 8)}
+
+
+class Listless(jio.Format):
+    name = "listless"
+    suffixes = (".listless",)
+
+    def sniff(self, path: Any) -> bool:
+        return Path(path).read_bytes() == b"listless"
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        return _Listless()
+
+
+def test_a_malformed_tensor_list_is_the_formats_bug_in_inspect_and_verify(
+    use: Callable[..., PluginRegistry], tmp_path: Path
+) -> None:
+    """inspect and --verify of a manifest-less checkpoint whose format lists its tensors
+    wrongly raise our error naming the format and its distribution, not a TypeError."""
+    from jaxstruct.io._inspect import verify_report
+
+    use(EntryPoint("l", Dist("dist-l"), _formats_plugin(Listless())))
+    path = tmp_path / "x.listless"
+    path.write_bytes(b"listless")
+    for call in (jio.inspect, verify_report):
+        with pytest.raises(SerializationError, match=r"'listless' format .*dist-l.*wrongly"):
+            call(path)

@@ -303,16 +303,6 @@ def test_rename_with_a_jaxstruct_file_is_an_error(tmp_path: Path) -> None:
         jio.load(path, rename={"w": "v"})
 
 
-def test_inspect_of_a_plain_file_says_to_load_with_a_target(tmp_path: Path) -> None:
-    """Tools that need a manifest refuse a plain safetensors file with a clear message."""
-    from safetensors.numpy import save_file
-
-    path = tmp_path / "plain.safetensors"
-    save_file({"w": np.ones(2, np.float32)}, str(path))
-    with pytest.raises(SerializationError, match=r"no jaxstruct manifest"):
-        jio.inspect(path)
-
-
 def test_tree_paths_of_every_container(tmp_path: Path) -> None:
     """Tuples, namedtuples and other pytree nodes by position, dict keys by their text; two
     keys with the same text (``1`` and ``"1"``) still get distinct names."""

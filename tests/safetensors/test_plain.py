@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -180,25 +181,57 @@ def test_dtype_or_shape_mismatch_names_tensor_and_leaf(flax_file) -> None:
         jio.load(path, target=bad)
 
 
-def test_without_a_target_the_error_says_what_to_pass(flax_file) -> None:
-    path, _ = flax_file
-    with pytest.raises(SerializationError, match=r"no jaxstruct manifest.*pass target="):
-        jio.load(path)
-
-
-def test_select_reads_only_the_picked_leaves(flax_file, monkeypatch) -> None:
-    """With ``select=``, only the picked leaves' tensors are read; unmatched others are fine."""
-    from jaxstruct.safetensors import _read
-
+def test_without_a_target_a_dict_of_the_tensors_by_name(flax_file) -> None:
+    """load(path) of a file another tool wrote gives ``{tensor name: NumPy array}`` in the
+    file's order, bit-exact (a safetensors file is nothing but named tensors)."""
     path, tensors = flax_file
+    got = jio.load(path)
+    assert type(got) is dict and sorted(got) == sorted(tensors)
+    for name, arr in tensors.items():
+        assert isinstance(got[name], np.ndarray) and got[name].dtype == arr.dtype
+        assert _bits(got[name]) == _bits(arr)
+
+
+def test_without_a_target_mesh_is_refused(flax_file) -> None:
+    """mesh= needs saved shardings, which a file another tool wrote lacks: an error saying
+    to pass a target, never host arrays silently in place of the mesh."""
+    path, _ = flax_file
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+    with pytest.raises(SerializationError, match=r"records no shardings; pass target="):
+        jio.load(path, mesh=mesh)
+
+
+def test_without_a_target_rename_and_select_apply_to_the_dict(flax_file, monkeypatch) -> None:
+    """rename= renames or drops the dict's keys; select= picks from the dict, and only the
+    picked tensor is read; two tensors renamed alike are refused."""
+    path, tensors = flax_file
+    renamed = jio.load(path, rename=lambda n: None if "bias" in n else n.replace(".", "/"))
+    assert sorted(renamed) == ["layers/0/kernel", "layers/1/kernel"]
     read: list[int] = []
-    real = _read.os.preadv
+    real = os.preadv
 
     def counting(fd: int, buffers: list, offset: int) -> int:
         read.append(sum(len(b) for b in buffers))
         return real(fd, buffers, offset)
 
-    monkeypatch.setattr(_read.os, "preadv", counting)
+    monkeypatch.setattr(os, "preadv", counting)
+    got = jio.load(path, select=lambda d: d["layers.1.kernel"])
+    assert _bits(got) == _bits(tensors["layers.1.kernel"]) and sum(read) == 8 * 2 * 4
+    with pytest.raises(SerializationError, match=r"both get the name 'w'; fix rename="):
+        jio.load(path, rename=lambda n: "w")
+
+
+def test_select_reads_only_the_picked_leaves(flax_file, monkeypatch) -> None:
+    """With ``select=``, only the picked leaves' tensors are read; unmatched others are fine."""
+    path, tensors = flax_file
+    read: list[int] = []
+    real = os.preadv
+
+    def counting(fd: int, buffers: list, offset: int) -> int:
+        read.append(sum(len(b) for b in buffers))
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
     target = _target(tensors)
     got = jio.load(path, target=target, select=lambda n: n.layers[1].kernel)
     assert _bits(got) == _bits(tensors["layers.1.kernel"])

@@ -189,7 +189,8 @@ class DirectoryFormat(Format):
         try:
             if size > limits.max_manifest_bytes:
                 raise _manifest_too_big(where, size, limits)
-            manifest = _checked_manifest(read_all(fd, size, where), where)
+            raw = read_all(fd, size, where)
+            manifest = _checked_manifest(raw, where)
             check_node_budget(manifest, where, limits.max_nodes)
             if arrays_fd < 0:
                 raise SerializationError(f"{where}: arrays.npz is missing")
@@ -207,7 +208,17 @@ class DirectoryFormat(Format):
         except BaseException:
             os.close(arrays_fd)
             raise
-        return NpzCheckpoint(arrays_fd, index, where, manifest, frozenset())
+        opened = NpzCheckpoint(arrays_fd, index, where, manifest, frozenset())
+        if len(manifest) == len(raw):  # no checksum was taken off
+            opened.checksum_scheme = _UNCHECKED_MANIFEST
+        return opened
+
+
+#: The directory checkpoints whose manifest.json carries no CRC-32 of its own.
+_UNCHECKED_MANIFEST = (
+    "CRC-32 of every array member; manifest.json has none (written before manifests "
+    "carried one, or unzipped from a .zip)"
+)
 
 
 class ZipFormat(Format):

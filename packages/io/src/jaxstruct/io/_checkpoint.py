@@ -222,7 +222,10 @@ def load(
             stored tensor names to the target's leaf names
             (``params.layers.0.w``), or a function returning the leaf name, or
             ``None`` to ignore a tensor. Refused for a jaxstruct checkpoint,
-            whose manifest names every array.
+            whose manifest names every array. Without ``target``, a file that
+            holds nothing but named tensors (a ``.safetensors`` file) loads as
+            a dict ``{tensor name: NumPy array}``, its keys renamed by
+            ``rename``; another (a plain orbax checkpoint) needs ``target``.
         format: read ``path`` as this registered format instead of detecting it.
         **limits: ``max_manifest_bytes=``, ``max_depth=``, ``max_nodes=``,
             ``max_array_bytes=``, ``max_inflation_ratio=`` raise those limits.
@@ -254,6 +257,13 @@ def load(
     fmt, opened, top = open_any(where_path, lim, format)
     if top is None:
         try:
+            if target is None and mesh is not None:
+                raise SerializationError(
+                    f"{where}: mesh= puts arrays back as they were saved sharded, and this "
+                    f"{fmt.name} checkpoint (another tool wrote it) records no shardings; pass "
+                    "target= with the shardings you want (jax.ShapeDtypeStruct(shape, dtype, "
+                    "sharding=...) leaves)"
+                )
             return load_plain(fmt, opened, target=target, rename=rename, select=select, where=where)
         finally:
             opened.close()

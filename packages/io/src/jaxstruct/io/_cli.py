@@ -32,12 +32,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     show = commands.add_parser(
         "inspect", help="print a checkpoint's manifest as a tree, without loading arrays"
     )
-    show.add_argument("path", help="checkpoint directory or .zip archive")
+    show.add_argument(
+        "path",
+        help="checkpoint directory or file (.zip, or a plugin format's such as .safetensors), "
+        "including one another tool wrote",
+    )
     show.add_argument("--json", action="store_true", help="print the report as JSON")
     show.add_argument(
         "--verify",
         action="store_true",
-        help="also read every array member and check sizes, CRCs, dtypes and shapes",
+        help="also read every array member and check sizes, checksums, dtypes and shapes",
     )
     show.add_argument(
         "--max-manifest-bytes", type=int, default=None, help="raise the manifest size limit"
@@ -93,8 +97,8 @@ def _inspect(args: argparse.Namespace) -> int:
             print(
                 "verify: every member is sound"
                 if checksummed
-                else "verify: every array read; the format stores no checksums, so a changed "
-                "byte would go unnoticed"
+                else "verify: every array read; no checksums were checked (checksums: "
+                f"{info.checksums}), so a changed byte would go unnoticed"
             )
     for problem in problems or ():
         print(f"jaxstruct inspect: bad member: {problem}", file=sys.stderr)

@@ -266,6 +266,11 @@ def place(host: np.ndarray, placement: Placement) -> Any:
     return jax.make_array_from_callback(host.shape, placement, lambda index: host[index])
 
 
+#: What :func:`jaxstruct.io.inspect` reports as a checkpoint's checksums when its format
+#: does not say (its opened checkpoint sets no ``checksum_scheme``).
+CHECKSUMS_NOT_STATED = "not stated by the format"
+
+
 class OpenedCheckpoint:
     """A checkpoint opened for reading: its manifest bytes, and its arrays on demand.
 
@@ -276,9 +281,22 @@ class OpenedCheckpoint:
     ``manifest`` is ``None`` for a file of the format that another tool wrote,
     without a jaxstruct manifest: :meth:`tensors` then lists what it holds, and
     :func:`jaxstruct.io.load` fills a ``target=`` from it by tree path.
+
+    Attributes:
+        manifest: the stored manifest bytes, or ``None`` (see above).
+        checksum_scheme: what protects the stored bytes, in words, as
+            :func:`jaxstruct.io.inspect` reports it (``"CRC-32 of every member"``;
+            ``"none: written by another tool"``). Optional: by default
+            ``"not stated by the format"``.
+        loads_flat: for a checkpoint without a manifest, whether :meth:`tensors` is
+            everything it holds (a safetensors file is names and tensors), so that
+            ``load(path)`` without ``target=`` may return them as a dict
+            ``{name: array}``. Optional: by default such a load asks for a target.
     """
 
     manifest: bytes | None
+    checksum_scheme: str = CHECKSUMS_NOT_STATED
+    loads_flat: bool = False
 
     def tensors(self) -> dict[str, ArraySpec]:
         """The stored tensors of a checkpoint without a manifest: ``name -> ArraySpec``.

@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jaxstruct.registry import SerializationError
 
 from ._decode import struct_kinds_ok
-from ._detect import open_checkpoint
-from ._formats import ArraySpec
+from ._detect import call_format, open_any, read_checked, source_of
+from ._formats import CHECKSUMS_NOT_STATED, ArraySpec, Format, OpenedCheckpoint
 from ._nodes import ARRAY_TAGS, SEQUENCES, children, key_label
 from ._publish import local_or_url
 from ._schema import check_arrays_table, clip, limits_from_kwargs
@@ -27,21 +28,34 @@ class CheckpointInfo:
     Attributes:
         path: the checkpoint (a URL stays a string).
         container: its format name (``"directory"``, ``"zip"``, or a plugin's).
-        version: the format version.
-        arrays: ``key -> (dtype name, shape, bytes)``.
+        version: the format version; ``None`` for a checkpoint without a jaxstruct
+            manifest (another tool wrote it).
+        arrays: ``key -> (dtype name, shape, bytes)``; for a checkpoint without a
+            manifest, keyed by the stored tensors' names.
         total_bytes: decoded size of all arrays.
         tree: the stored value as an indented tree, one node per line; dict
-            items are shown under their keys (``['w']: ...``).
+            items are shown under their keys (``['w']: ...``). Without a manifest:
+            the stored tensors, one per line under their names.
         tree_json: the same tree as nested ``{"edge", "label", "children"}`` dicts.
+        checksums: what protects the stored bytes, as the format states it
+            (``"CRC-32 of every member, the manifest's included"``; ``"none:
+            written by another tool"``; ``"not stated by the format"`` for a format
+            that does not say).
+        has_manifest: whether the checkpoint holds a jaxstruct manifest (classes,
+            fields); ``False`` for a file another tool wrote.
+        note: for a checkpoint without a manifest, how to load it; otherwise ``""``.
     """
 
     path: Path | str
     container: str
-    version: int
+    version: int | None
     arrays: dict[str, tuple[str, tuple[int, ...], int]]
     total_bytes: int
     tree: str
     tree_json: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    checksums: str = CHECKSUMS_NOT_STATED
+    has_manifest: bool = True
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The same information as a JSON-ready dict (the tree nested, one dict per node)."""
@@ -49,6 +63,9 @@ class CheckpointInfo:
             "path": str(self.path),
             "container": self.container,
             "version": self.version,
+            "has_manifest": self.has_manifest,
+            "checksums": self.checksums,
+            **({"note": self.note} if self.note else {}),
             "total_bytes": self.total_bytes,
             "arrays": {
                 key: {"dtype": dtype, "shape": list(shape), "nbytes": nbytes}
@@ -58,10 +75,15 @@ class CheckpointInfo:
         }
 
     def __str__(self) -> str:
-        return (
-            f"{self.path} ({self.container} checkpoint, format version {self.version}, "
-            f"{len(self.arrays)} arrays, {_size(self.total_bytes)})\n{self.tree}"
-        )
+        counts = f"{len(self.arrays)} arrays, {_size(self.total_bytes)}"
+        if self.has_manifest:
+            head = f"{self.container} checkpoint, format version {self.version}, {counts}"
+        else:
+            head = f"{self.container} checkpoint without a jaxstruct manifest, {counts}"
+        lines = [f"{self.path} ({head})", f"checksums: {self.checksums}"]
+        if self.note:
+            lines.append(f"note: {self.note}")
+        return "\n".join([*lines, self.tree])
 
 
 def _size(n: float) -> str:
@@ -193,9 +215,13 @@ def _render(
 
 
 def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
-    """Describe a checkpoint: classes, fields, shapes, dtypes, sizes and format version.
+    """Describe a checkpoint: classes, fields, shapes, dtypes, sizes, format version and
+    what protects its bytes.
 
-    Only the manifest is read: no array data, no imports, no class lookups.
+    Only the manifest is read: no array data, no imports, no class lookups. A file
+    another tool wrote (a ``.safetensors`` file of the Hugging Face hub, a plain
+    orbax checkpoint) has no manifest: its stored tensors are listed by name,
+    with a note saying how to load it.
 
     Args:
         path: a checkpoint directory or file, or a URL (for formats that accept
@@ -216,15 +242,23 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
         >>> from jaxstruct.io import export
         >>> target = Path(tempfile.mkdtemp()) / "ckpt"
         >>> _ = export({"w": np.zeros((2, 3), np.float32)}, target)
-        >>> print(inspect(target).tree)
+        >>> info = inspect(target)
+        >>> print(info.tree)
         dict (1 items)
           ['w']: array <f4[2, 3] 24 B (a0)
+        >>> info.checksums
+        "CRC-32 of every member, the manifest's included"
     """
     lim = limits_from_kwargs("inspect", limits)
     target = local_or_url(path, "inspect")
     where = repr(str(target))
-    fmt, opened, top = open_checkpoint(target, lim)
-    opened.close()
+    fmt, opened, top = open_any(target, lim)
+    try:
+        checksums = _checksums_of(opened)
+        if top is None:
+            return _without_manifest(target, fmt, opened, checksums, where)
+    finally:
+        opened.close()
     table = check_arrays_table(top["arrays"], where, lim)
     arrays = {k: (top["arrays"][k]["dtype"], shape, n) for k, (_, shape, n) in table.items()}
     try:
@@ -246,12 +280,87 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
         total_bytes=sum(n for _, _, n in arrays.values()),
         tree=tree,
         tree_json=tree_json,
+        checksums=checksums,
+    )
+
+
+def _checksums_of(opened: OpenedCheckpoint) -> str:
+    """The opened checkpoint's ``checksum_scheme`` (a format that sets none, or not a
+    string, does not state it)."""
+    stated = getattr(opened, "checksum_scheme", CHECKSUMS_NOT_STATED)
+    return clip(stated, 200) if isinstance(stated, str) and stated else CHECKSUMS_NOT_STATED
+
+
+_FLAT_NOTE = (
+    "another tool wrote it: jaxstruct.io.load(path) gives its arrays as a dict by name; "
+    "load(path, target=...) fills a struct by tree path (rename= maps names)"
+)
+_TARGET_NOTE = (
+    "another tool wrote it: load it with jaxstruct.io.load(path, target=...), which fills a "
+    "struct of these arrays by tree path (rename= maps names)"
+)
+
+
+def _tensor_specs(fmt: Format, opened: OpenedCheckpoint, where: str) -> dict[str, ArraySpec]:
+    """The stored tensors of a checkpoint without a manifest, as its format lists them (a
+    malformed list is the format's bug, named as such)."""
+    tensors = call_format(fmt, "tensors", where, opened.tensors)
+    try:
+        return {
+            str(name): ArraySpec(np.dtype(spec[0]), tuple(int(n) for n in spec[1]), int(spec[2]))
+            for name, spec in tensors.items()
+        }
+    except (TypeError, ValueError, IndexError, AttributeError) as err:
+        raise SerializationError(
+            f"{where}: the {fmt.name!r} format ({source_of(fmt)}) listed its tensors wrongly "
+            f"({type(err).__name__}: {err}); report it to the format's authors"
+        ) from None
+
+
+def _shown_dtype(dtype: np.dtype) -> str:
+    """A dtype as manifests name it (ml_dtypes' bfloat16 and float8s by name: their
+    ``str`` is a bare void, ``<V2``)."""
+    return dtype.name if dtype.type.__module__.startswith("ml_dtypes") else dtype.str
+
+
+def _without_manifest(
+    target: Path | str, fmt: Format, opened: OpenedCheckpoint, checksums: str, where: str
+) -> CheckpointInfo:
+    """The report on a checkpoint another tool wrote: its tensors by name."""
+    arrays = {
+        name: (_shown_dtype(spec.dtype), spec.shape, spec.nbytes)
+        for name, spec in _tensor_specs(fmt, opened, where).items()
+    }
+    label = f"{len(arrays)} tensor{'' if len(arrays) == 1 else 's'} by name (no jaxstruct manifest)"
+    lines = [label]
+    children: list[dict[str, Any]] = []
+    for name, (dtype, shape, nbytes) in arrays.items():
+        if len(lines) > _MAX_LINES:
+            lines.append(f"... ({len(arrays)} tensors in all; output truncated)")
+            break
+        shown = f"{dtype}{list(shape)} {_size(nbytes)}"
+        lines.append(f"  {clip(name, 200)}: {shown}")
+        children.append({"edge": name, "label": shown, "children": []})
+    return CheckpointInfo(
+        path=target,
+        container=fmt.name,
+        version=None,
+        arrays=arrays,
+        total_bytes=sum(n for _, _, n in arrays.values()),
+        tree="\n".join(lines),
+        tree_json={"edge": "", "label": label, "children": children},
+        checksums=checksums,
+        has_manifest=False,
+        note=_FLAT_NOTE if getattr(opened, "loads_flat", False) is True else _TARGET_NOTE,
     )
 
 
 def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str], bool]:
     """Read every array of a checkpoint, without building JAX arrays, and check sizes,
     checksums, dtypes and shapes against the manifest (``jaxstruct inspect --verify``).
+
+    A checkpoint without a manifest (another tool wrote it) has each stored tensor
+    read and checked against the format's table of them.
 
     Returns:
         One message per bad member (``[]`` when sound), and whether stored checksums
@@ -265,19 +374,22 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
         ([], True)
     """
     lim = limits_from_kwargs("verify", limits)
-    target = Path(os.fspath(path))
+    target = local_or_url(path, "verify")
     where = repr(str(target))
-    _, opened, top = open_checkpoint(target, lim)
+    fmt, opened, top = open_any(target, lim)
     try:
-        table = check_arrays_table(top["arrays"], where, lim)
-        specs = {k: ArraySpec(*v) for k, v in table.items()}
+        if top is None:
+            specs = _tensor_specs(fmt, opened, where)
+        else:
+            table = check_arrays_table(top["arrays"], where, lim)
+            specs = {k: ArraySpec(*v) for k, v in table.items()}
         checked = opened.verify(specs)
         if checked is not None:
             return list(checked), True
         problems: list[str] = []
         for key in specs:
             try:
-                opened.read_arrays(specs, {key: None})
+                read_checked(fmt, opened, specs, {key: None}, where)
             except SerializationError as err:
                 problems.append(str(err))
         return problems, False

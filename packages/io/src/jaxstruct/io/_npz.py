@@ -81,6 +81,8 @@ def _rows_needed(index: tuple[tuple[int, int], ...]) -> tuple[int, int]:
 class NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
+    checksum_scheme = "CRC-32 of every member, the manifest's included"
+
     def __init__(
         self,
         fd: int,

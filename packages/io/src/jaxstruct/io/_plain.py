@@ -102,15 +102,17 @@ def load_plain(
     where: str,
 ) -> Any:
     """Fill ``target``'s array leaves with the tensors of a checkpoint without a manifest."""
+    if target is None:
+        if getattr(opened, "loads_flat", False) is True:
+            return _load_flat(fmt, opened, rename=rename, select=select, where=where)
+        raise SerializationError(
+            f"{where}: this {fmt.name} checkpoint has no jaxstruct manifest (another tool wrote "
+            "it), so it says nothing about classes; pass target= a value of the structure to "
+            "fill (a struct of arrays or jax.ShapeDtypeStruct leaves), with rename= for tensor "
+            "names that differ from the target's tree paths (jaxstruct inspect PATH lists them)"
+        )
     import jax
 
-    if target is None:
-        raise SerializationError(
-            f"{where}: this file has no jaxstruct manifest (another tool wrote it), so it "
-            "says nothing about classes; pass target= a value of the structure to fill (a "
-            "struct of arrays or jax.ShapeDtypeStruct leaves), with rename= for tensor names "
-            "that differ from the target's tree paths"
-        )
     tensors = opened.tensors()
     rename_one = _renamer(rename, where)
     flat, treedef = jax.tree_util.tree_flatten_with_path(target)
@@ -171,4 +173,46 @@ def load_plain(
         arrays[tensor_of[i]] if i in wanted_leaves else leaf for i, (_, leaf) in enumerate(flat)
     ]
     value = jax.tree_util.tree_unflatten(treedef, leaves)
+    return value if select is None else select(value)
+
+
+def _load_flat(
+    fmt: Format,
+    opened: OpenedCheckpoint,
+    *,
+    rename: Rename | None,
+    select: Callable[[Any], Any] | None,
+    where: str,
+) -> Any:
+    """The tensors of a file without a manifest that holds nothing else, as a dict
+    ``{name: NumPy array}`` in the file's order (``rename=`` renames or drops names;
+    ``select=`` picks from that dict, and only what it picks is read)."""
+    tensors = opened.tensors()
+    rename_one = _renamer(rename, where)
+    named: dict[str, str] = {}  # the dict's key -> the tensor's name
+    for name in tensors:
+        new = rename_one(name)
+        if new is None:
+            continue
+        if new in named:
+            raise SerializationError(
+                f"{where}: the tensors {named[new]!r} and {name!r} both get the name {new!r}; "
+                "fix rename="
+            )
+        named[new] = name
+    wanted = set(named)
+    stand_in: dict[str, Any] = {}
+    if select is not None:
+        import jax
+
+        stand_in = {
+            key: jax.ShapeDtypeStruct(tensors[name].shape, tensors[name].dtype)
+            for key, name in named.items()
+        }
+        flat, treedef = jax.tree_util.tree_flatten_with_path(stand_in)
+        picked = _picked_leaves(select, treedef, len(flat), where)
+        wanted = {_key_step(path[0]) for i, (path, _) in enumerate(flat) if i in picked}
+    table = {named[key]: tensors[named[key]] for key in named if key in wanted}
+    arrays = read_checked(fmt, opened, table, dict.fromkeys(table), where)
+    value = {key: arrays[name] if key in wanted else stand_in[key] for key, name in named.items()}
     return value if select is None else select(value)

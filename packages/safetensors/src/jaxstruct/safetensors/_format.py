@@ -259,6 +259,11 @@ def _stored_table(header: Header, where: str) -> dict[str, Stored]:
     return out
 
 
+#: What protects the bytes of a file without checksums (``inspect`` reports it).
+_UNCHECKED = "none: written by another tool"
+_UNCHECKED_OURS = "none: written by an earlier jaxstruct-safetensors, which stored no checksums"
+
+
 class _Opened(OpenedCheckpoint):
     """An open file without checksums: read as it is."""
 
@@ -272,6 +277,9 @@ class _Opened(OpenedCheckpoint):
         self.stored = stored
         self.where = where
         self.manifest = None if stored is None else header.metadata[MANIFEST_KEY].encode("utf-8")
+        # A file another tool wrote is names and tensors only: ``load`` may give them as a dict.
+        self.loads_flat = stored is None
+        self.checksum_scheme = _UNCHECKED if stored is None else _UNCHECKED_OURS
 
     def tensors(self) -> dict[str, ArraySpec]:
         return {
@@ -360,6 +368,9 @@ class _CheckedOpened(_Opened):
     ) -> None:
         super().__init__(file, header, stored, where)
         self.checksums = checksums
+        piece = checksums.piece
+        size = f"{piece >> 20} MiB" if piece % (1 << 20) == 0 else f"{piece} bytes"
+        self.checksum_scheme = f"CRC-32 per {size} piece of every tensor, and of the header"
 
     def verify(self, table: Mapping[str, ArraySpec]) -> list[str]:
         """Read and check every tensor, one at a time; one message per bad tensor."""
