@@ -191,3 +191,19 @@ def test_assert_roundtrip_accepts_the_plugin_format(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoint-tar.tar").is_file()
     with pytest.raises(ValueError, match=r"unknown format.*'hdf5'"):
         assert_roundtrip(value, formats=("hdf5",))
+
+
+def test_a_changed_manifest_byte_is_found_and_inspect_says_what_is_checked(
+    tmp_path: Path,
+) -> None:
+    """The manifest member carries its CRC-32 too: a changed byte inside one of its strings
+    (still valid JSON) is refused, and inspect reports what the plugin checks."""
+    path = jio.export({"w": np.arange(4.0), "tag": "model"}, tmp_path / "c.tar")
+    info = jio.inspect(path)
+    assert info.checksums == "CRC-32 of every member, the manifest's included"
+    data = bytearray(path.read_bytes())
+    at = data.index(b"model")
+    data[at] = ord("M")
+    path.write_bytes(bytes(data))
+    with pytest.raises(SerializationError, match=r"manifest\.json does not match its checksum"):
+        jio.load(path)

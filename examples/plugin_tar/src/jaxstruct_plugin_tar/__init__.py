@@ -3,9 +3,10 @@
 The archive holds ``manifest.json`` first, then one member per array, named
 by its tree path (``params.layers.0.w.bin``, from
 :func:`jaxstruct.io.array_paths`) and holding its raw bytes (dtype and shape
-are in the manifest). Each array member carries two PAX header records: its
-CRC-32 (``JAXSTRUCT.crc32``), checked on every read and by ``jaxstruct inspect
---verify``, and its memory order (``JAXSTRUCT.order``, ``C`` or ``F``).
+are in the manifest). Every member carries its CRC-32 in a PAX header record (``JAXSTRUCT.crc32``),
+checked on every read and by ``jaxstruct inspect --verify`` (the manifest's when
+the archive is opened), and each array member its memory order
+(``JAXSTRUCT.order``, ``C`` or ``F``).
 Reading never extracts anything: it walks the headers, refuses anything that is
 not a regular member with an expected name, and checks every size against the
 manifest and the caller's limits before allocating.
@@ -146,7 +147,7 @@ class TarFormat(Format):
             )
         paths = array_paths(manifest)
         with open(target, "xb") as handle:
-            handle.write(_header(MANIFEST, len(manifest)))
+            handle.write(_header(MANIFEST, len(manifest), {_CRC: f"{zlib.crc32(manifest):08x}"}))
             handle.write(manifest)
             handle.write(b"\0" * (-len(manifest) % _BLOCK))
             step(MANIFEST)
@@ -163,12 +164,19 @@ class TarFormat(Format):
         if not path.is_file():
             return False
         with open(path, "rb") as handle:
-            block = handle.read(_BLOCK)
-        try:
-            info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
-        except tarfile.TarError:
-            return False
-        return info.name == MANIFEST
+            try:
+                first = tarfile.TarInfo.frombuf(handle.read(_BLOCK), "utf-8", "surrogateescape")
+            except tarfile.TarError:
+                return False
+            if first.size > _CHUNK:  # our first header is small: never read a huge one
+                return False
+            handle.seek(0)
+            try:  # reads the first member's header (and its PAX records) only
+                with tarfile.open(fileobj=handle, mode="r:") as archive:
+                    info = archive.next()
+            except (tarfile.TarError, ValueError):
+                return False
+        return info is not None and info.name == MANIFEST
 
     def open(self, path: Path, limits: Limits) -> OpenedCheckpoint:
         """Index the members of ``path`` and read its manifest, within ``limits``."""
@@ -185,6 +193,11 @@ class TarFormat(Format):
                 )
             handle.seek(manifest_member.offset)
             manifest = handle.read(manifest_member.size)
+            if manifest_member.crc is not None and zlib.crc32(manifest) != manifest_member.crc:
+                raise SerializationError(
+                    f"{where}: manifest.json does not match its checksum: the file is "
+                    "corrupt; restore it from a good copy"
+                )
         except BaseException:
             handle.close()
             raise
@@ -246,6 +259,7 @@ class _TarCheckpoint(OpenedCheckpoint):
         self.manifest = manifest
         self.stored_manifest = manifest  # every archive of this format holds one
         self.where = where
+        self.checksum_scheme = "CRC-32 of every member, the manifest's included"
 
     def close(self) -> None:
         self.handle.close()
