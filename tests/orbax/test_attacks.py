@@ -386,3 +386,73 @@ def test_fresh_process_forks_before_orbax_ran_and_imports_jax_under_two_exports(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# A parent forks one child per (step, path) that exports with format="orbax" and is
+# killed (-9) at that step; then the parent, which never ran orbax itself before,
+# exports to the same path and lists what is beside it. (Forked before orbax runs in the
+# parent: tensorstore refuses children of a process where it ran.)
+KILLED = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    import numpy as np
+    import jaxstruct.io as jio
+    from jaxstruct.io import _fs
+    import jax, orbax.checkpoint  # imported and started (not run) here, once for every child
+    jax.devices()
+
+    root = sys.argv[1]
+    cases = [(step, existing) for step in ("temp-synced", "published")
+             for existing in (False, True)]
+    for n, (step, existing) in enumerate(cases):
+        path = f"{root}/ck{n}"
+        if existing:  # written by a child too: orbax never runs in the parent before
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    jio.export({"tag": "old", "w": np.ones(3)}, path, format="orbax")
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+        pid = os.fork()
+        if pid == 0:
+            def hook(name, step=step):
+                if name == step:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            _fs.STEP_HOOK = hook
+            try:
+                jio.export({"tag": "new", "w": np.full(1 << 12, 2.0)}, path, format="orbax",
+                           overwrite=existing)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status), (step, existing, status)
+    report = []
+    for n, (step, existing) in enumerate(cases):
+        path = f"{root}/ck{n}"
+        before = jio.load(path)["tag"] if os.path.exists(path) else None
+        jio.export({"tag": "next", "w": np.zeros(3)}, path, format="orbax", overwrite=True)
+        assert jio.load(path)["tag"] == "next"
+        beside = sorted(p for p in os.listdir(root) if p.startswith((f"ck{n}", f".ck{n}")))
+        report.append([step, existing, before, beside])
+    print(json.dumps(report))
+    """
+)
+
+
+def test_a_killed_orbax_export_leaves_nothing_the_next_one_keeps(tmp_path: Path) -> None:
+    """kill -9 of an orbax export at each step, to a new path and over a checkpoint: the
+    path holds the old or the new checkpoint (or nothing, when new), and the next export
+    there succeeds and removes everything the killed one left beside it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED, str(tmp_path)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for n, (step, existing, before, beside) in enumerate(json.loads(proc.stdout)):
+        assert before in (("old", "new") if existing else (None, "new")), (step, before)
+        assert beside == [f"ck{n}"], (step, existing, beside)
