@@ -74,8 +74,11 @@ RACER = textwrap.dedent(
         outcome = "ok"
         for i in range(cmd["times"]):
             try:
-                jio.export(value(cmd["who"] + 10 * (i % 2)), cmd["path"], format="orbax",
-                           overwrite=cmd["overwrite"])
+                done = jio.export(value(cmd["who"] + 10 * (i % 2)), cmd["path"],
+                                  format="orbax", overwrite=cmd["overwrite"],
+                                  blocking=cmd["blocking"])
+                if cmd["blocking"] is False:
+                    done.wait(60)
             except Exception as err:
                 outcome = f"{type(err).__module__}.{type(err).__name__}: {err}"
         print(json.dumps(outcome), flush=True)
@@ -106,7 +109,13 @@ class Racers:
         return json.loads(line)
 
     def race(
-        self, path: Path, *, overwrite: bool, times: int = 1, who: tuple[int, ...] = (1, 2)
+        self,
+        path: Path,
+        *,
+        overwrite: bool,
+        times: int = 1,
+        who: tuple[int, ...] = (1, 2),
+        blocking: bool = True,
     ) -> list[str]:
         """Each racer exports ``times`` values to ``path`` from the same instant; return how
         each ended (``"ok"`` or its last error)."""
@@ -115,7 +124,8 @@ class Racers:
         for proc, me in zip(racing, who, strict=True):
             assert proc.stdin is not None
             command = {"who": me, "path": str(path), "overwrite": overwrite, "at": at}
-            proc.stdin.write(json.dumps({**command, "times": times}) + "\n")
+            command.update(times=times, blocking=blocking)
+            proc.stdin.write(json.dumps(command) + "\n")
             proc.stdin.flush()
         return [self._answer(p) for p in racing]
 
@@ -134,16 +144,17 @@ def racers() -> Iterator[Racers]:
     both.close()
 
 
-@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize(("overwrite", "blocking"), [(False, True), (True, True), (False, False)])
 def test_two_processes_racing_to_a_new_path(
-    racers: Racers, overwrite: bool, tmp_path: Path
+    racers: Racers, overwrite: bool, blocking: bool, tmp_path: Path
 ) -> None:
-    """Two processes export different values to a new path at once: with ``overwrite=True``
-    both succeed; without it one wins and the other gets ``FileExistsError`` naming the path.
-    One whole checkpoint remains (never a mix), nothing beside it, and the next export works."""
+    """Two processes export different values to a new path at once (blocking, or in the
+    background, orbax's asynchronous save): with ``overwrite=True`` both succeed; without it
+    one wins and the other gets ``FileExistsError`` naming the path. One whole checkpoint
+    remains (never a mix), nothing beside it, and the next export works."""
     for round_ in range(2):
         path = tmp_path / f"ck{round_}"
-        outcomes = racers.race(path, overwrite=overwrite)
+        outcomes = racers.race(path, overwrite=overwrite, blocking=blocking)
         if overwrite:
             assert outcomes == ["ok", "ok"], outcomes
         else:
