@@ -348,8 +348,8 @@ class _Decoder:
 
 def _is_abstract(arr: Any) -> bool:
     """Whether ``arr`` is a ``jax.ShapeDtypeStruct`` (a partial restore's unread array)."""
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(arr, jax.ShapeDtypeStruct)
+    abstract = getattr(sys.modules.get("jax"), "ShapeDtypeStruct", None)  # mid-import: none
+    return abstract is not None and isinstance(arr, abstract)
 
 
 def _too_wide(arr: np.ndarray) -> bool:

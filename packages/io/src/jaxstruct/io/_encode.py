@@ -188,8 +188,10 @@ class _Encoder:
         if isinstance(value, np.generic):
             dtype = value.dtype
             return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
-        jax = sys.modules.get("jax")  # not imported: then no value is a JAX array
-        if jax is not None and isinstance(value, jax.Array):
+        # Not imported, or being imported by another thread (no ``Array`` yet): then no
+        # value is a JAX array.
+        array_type = getattr(sys.modules.get("jax"), "Array", None)
+        if array_type is not None and isinstance(value, array_type):
             return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
             return ["enum", _remember_class(cls), _member_name(value, path)]

@@ -11,11 +11,14 @@ picks one of four routes from the format and the run:
   ``_fs``); the old checkpoint is deleted after the swap.
 - **primary** (the same, in a multi-process run of a format written by one
   process): process 0 takes the sibling route; the others wait for its word.
-- **in place** (a format that publishes atomically itself, nothing to replace):
-  every process of a multi-process format writes at the path, collectively.
-- **replace** (the same format, ``overwrite=True`` over a checkpoint): every
-  process writes a staged sibling (at a URL: where the format's remote
-  directory says), then process 0 swaps it in.
+- **in place** (a format that publishes atomically itself, a URL with nothing to
+  replace): every process of a multi-process format writes at the URL, collectively.
+- **staged** (the same format at a local path, and ``overwrite=True`` at a URL):
+  every process writes a staged sibling (at a URL: where the format's remote
+  directory says), then process 0 renames it into place, or swaps it in. A local
+  path is never written in place: a self-publishing format may commit through a
+  temporary of a fixed name (orbax's ``NAME.orbax-checkpoint-tmp``), which two
+  writers of one path would share, publishing a mix of both checkpoints.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ class Publication:
             self._on_primary(manifest, arrays, compression)
         elif not self.fmt.publishes_atomically:
             self._via_sibling(manifest, arrays, compression)
-        elif self._replacing():
+        elif self._staged():
             self._replace(manifest, arrays, compression)
         else:
             self._in_place(manifest, arrays, compression)
@@ -113,10 +116,25 @@ class Publication:
             or self._replacing()
         ):
             return None
-        # ``None``: it declined after all, and the caller runs the write in a thread.
-        return fmt.write_async(
-            self.target, manifest, arrays, compression=compression, step=_fs.step
-        )
+        if not isinstance(self.target, Path):
+            # ``None``: it declined after all, and the caller runs the write in a thread.
+            return fmt.write_async(
+                self.target, manifest, arrays, compression=compression, step=_fs.step
+            )
+        staging, staged = self._stage()
+        try:
+            pending = fmt.write_async(
+                staged, manifest, arrays, compression=compression, step=_fs.step
+            )
+        except BaseException:
+            if _multihost.is_primary():
+                staging.discard(staged)
+            raise
+        if pending is None:  # declined: nothing was started; run() stages its own
+            if _multihost.is_primary():
+                staging.discard(staged)
+            return None
+        return _StagedWrite(self, pending, staging, staged)
 
     def refuse_unheld(self, arrays: Mapping[str, Any]) -> None:
         """Refuse arrays process 0 cannot write alone (a primary-only run)."""
@@ -152,6 +170,11 @@ class Publication:
 
     def _replacing(self) -> bool:
         return self.overwrite and (isinstance(self.target, str) or os.path.lexists(self.target))
+
+    def _staged(self) -> bool:
+        """Whether a self-publishing format writes at a staged sibling (see the module's
+        docstring): at every local path, and at a URL when replacing."""
+        return isinstance(self.target, Path) or self._replacing()
 
     # -- the routes ----------------------------------------------------------------------
 
@@ -256,17 +279,22 @@ class Publication:
         _fs.step("done")
 
     def _replace(self, manifest: bytes, arrays: Mapping[str, Any], compression: str) -> None:
-        """Overwrite with a self-publishing format: process 0 stages a sibling, every process
-        writes it (a multi-process format writes collectively), then process 0 swaps it in."""
-        primary = _multihost.is_primary()
-        staging = (
+        """A self-publishing format at a staged sibling: process 0 stages it, every process
+        writes it (a multi-process format writes collectively), then process 0 publishes it."""
+        staging, staged = self._stage()
+        error = self._write_collectively(staged, manifest, arrays, compression, True)
+        self._publish_staged(staging, staged, error)
+
+    def _stage(self) -> tuple[Any, Any]:
+        """Process 0 names the staged sibling; every process returns it (and its staging)."""
+        staging: _LocalStaging | _UrlStaging = (
             _UrlStaging(self.fmt.remote_directory(), self.target)
             if isinstance(self.target, str)
-            else _LocalStaging(self.target)
+            else _LocalStaging(self)
         )
         error: BaseException | None = None
         name = ""
-        if primary:
+        if _multihost.is_primary():
             try:
                 name = staging.stage()
             except BaseException as err:
@@ -274,8 +302,12 @@ class Publication:
         _multihost.share_outcome("overwrite-stage", error, path=self.where)
         if error is not None:
             raise error
-        staged = staging.locate(_multihost.agree("overwrite-name", name, path=self.where))
-        error = self._write_collectively(staged, manifest, arrays, compression, True)
+        return staging, staging.locate(_multihost.agree("overwrite-name", name, path=self.where))
+
+    def _publish_staged(self, staging: Any, staged: Any, error: BaseException | None) -> None:
+        """Process 0 publishes what every process wrote at ``staged`` (or discards it after
+        ``error``, process 0's failure to write it); every process raises its outcome."""
+        primary = _multihost.is_primary()
         if primary and error is None:
             try:
                 staging.swap(staged)
@@ -313,7 +345,7 @@ class Publication:
                 compression,
                 publishing=publishing,
                 check=check,
-                replacing=publishing,
+                replacing=publishing and self.found,
             )
         except BaseException as err:
             if not isinstance(err, OSError):
@@ -328,27 +360,75 @@ class Publication:
         return None
 
 
-class _LocalStaging:
-    """A replacement of a local checkpoint, staged as a temporary sibling (named by process 0)."""
+class _StagedWrite(PendingWrite):
+    """A format's background write at a staged sibling, published when it is waited for."""
 
-    def __init__(self, target: Path) -> None:
-        self.target = target
+    def __init__(
+        self, publication: Publication, pending: PendingWrite, staging: Any, staged: Any
+    ) -> None:
+        self.publication = publication
+        self.pending = pending
+        self.staging = staging
+        self.staged = staged
+        self._done = False
+
+    def wait(self) -> None:
+        error: BaseException | None = None
+        try:
+            self.pending.wait()
+        except BaseException as err:
+            if not _multihost.is_primary():  # as _write_collectively: raised here at once
+                self._done = True
+                raise
+            error = err
+        try:
+            self.publication._publish_staged(self.staging, self.staged, error)
+        finally:
+            self._done = True
+
+    def done(self) -> bool:
+        return self._done
+
+
+class _LocalStaging:
+    """A local checkpoint staged as a temporary sibling (named by process 0), then renamed
+    into place, or swapped in (a checkpoint there, and ``overwrite=True``)."""
+
+    def __init__(self, publication: Publication) -> None:
+        self.publication = publication
+        self.target: Path = publication.target
 
     def stage(self) -> str:
-        return _fs.temp_sibling(self.target).name
+        publication, target = self.publication, self.target
+        if not publication.found:
+            try:
+                _fs.make_parents(target.parent)
+            except OSError as err:
+                raise _fs.write_error(target, err) from err
+        _fs.sweep_debris(target, publication.found)
+        if not publication.found:  # a parked checkpoint may have been recovered
+            publication.found = publication._refuse_existing()
+        return _fs.temp_sibling(target).name
 
     def locate(self, name: str) -> Path:
         return self.target.with_name(name)
 
     def swap(self, staged: Any) -> None:
         old: Path | None = None
+        moved = False
         try:
-            old = _fs.exchange(staged, self.target)
+            old = self.publication._swap_in(staged)
+            moved = True
             _fs.fsync_dir(self.target.parent)
+        except FileExistsError:
+            raise  # another writer published first, and this one may not replace it
         except OSError as err:
             raise _fs.write_error(self.target, err) from err
         finally:
-            _fs.remove(old if old is not None else staged)
+            if old is not None:
+                _fs.remove(old)
+            elif not moved:
+                _fs.remove(staged)
 
     def discard(self, staged: Any) -> None:
         _fs.remove(staged)

@@ -53,6 +53,8 @@ from jaxstruct.registry import SerializationError
 from . import _names, _plain, _read
 from ._bucket import OrbaxRemote, replacement
 from ._orbax_internals import STEP_METADATA_FILE, chunk_checksums, open_array_stores
+from ._pinned import check_unchanged, pin
+from ._process import one_save_at_a_time, refuse_in_forked_child, tensorstore_ran
 from ._read import Job, Pace, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
 from ._stores import committed, is_store_url, temporary_path_class, to_path
@@ -392,12 +394,14 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> None:
         """Save collectively and commit atomically (orbax's temporary directory and rename)."""
+        refuse_in_forked_child(repr(str(target)))
+        tensorstore_ran()
         args = _save_args(manifest, arrays, *_sizes(target, arrays))
         where = to_path(target)
         handler = _handler(compression, target, _host_budget(arrays))
         checkpointer = _checkpointer(handler, target)
         try:
-            with chunk_checksums(where):
+            with chunk_checksums(where), one_save_at_a_time():
                 checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             raise _wrap_error(target, err) from err
@@ -415,13 +419,16 @@ class OrbaxFormat(Format):
         step: Callable[[str], None],
     ) -> PendingWrite | None:
         """Start orbax's asynchronous save: it copies the arrays off the devices, then returns."""
+        refuse_in_forked_child(repr(str(target)))
+        tensorstore_ran()
         args = _save_args(manifest, _host_safe(arrays), *_sizes(target, arrays))
         where = to_path(target)
         checkpointer = _checkpointer(_handler(compression, target), target, background=True)
         checksums = chunk_checksums(where)
         checksums.__enter__()  # until the background save ends (_OrbaxPending.wait)
         try:
-            checkpointer.save(where, args=args)
+            with one_save_at_a_time():
+                checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             checkpointer.close()
             checksums.__exit__(None, None, None)
@@ -456,6 +463,7 @@ class OrbaxFormat(Format):
     def open(self, path: Any, limits: Limits) -> OpenedCheckpoint:
         """Read jaxstruct's manifest (within ``max_manifest_bytes``); arrays come later."""
         where = repr(str(path))
+        refuse_in_forked_child(where)
         p = to_path(path)
         if is_store_url(path) and not committed(p):
             staged = replacement(path)  # an overwrite=True midway: its new checkpoint
@@ -465,6 +473,7 @@ class OrbaxFormat(Format):
                 f"{where}: this orbax checkpoint was never committed (its save stopped "
                 "midway, or is still running); load another one"
             )
+        pinned = pin(p)  # before the first read: compared after the last one
         file = p / MANIFEST_ITEM / _MANIFEST_FILE
         if not file.exists() and _plain.is_plain(p):
             return _plain.PlainOrbaxCheckpoint(p, limits, where)
@@ -482,14 +491,19 @@ class OrbaxFormat(Format):
         if len(manifest) != size:
             raise SerializationError(f"{where}: the manifest changed while being read")
         layouts, shardings, names, sums = _read_storage(p, limits, where)
+        check_unchanged(p, pinned, where)  # the two items may come from two exports
         if sums is None:  # a checkpoint of jaxstruct-orbax before 0.2: unchecked
-            return _OrbaxCheckpoint(p, manifest, layouts, shardings, where, names=names)
+            return _OrbaxCheckpoint(
+                p, manifest, layouts, shardings, where, names=names, pinned=pinned
+            )
         if _crc(parse_json(manifest, where, "jaxstruct manifest item")) != sums:
             raise SerializationError(
                 f"{where}: the jaxstruct manifest item does not match its checksum: the "
                 "checkpoint is corrupt; restore it from a copy"
             )
-        return _CheckedOrbaxCheckpoint(p, manifest, layouts, shardings, where, names=names)
+        return _CheckedOrbaxCheckpoint(
+            p, manifest, layouts, shardings, where, names=names, pinned=pinned
+        )
 
 
 _KINDS = frozenset({"bool", "bytes"})
@@ -576,8 +590,10 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         where: str,
         *,
         names: dict[str, str] | None = None,
+        pinned: tuple[int, int, int] | None = None,
     ) -> None:
         self.path = path
+        self.pinned = pinned  # the directory's identity when it was opened (_pinned)
         self.manifest = manifest
         self.layouts = layouts
         self.shardings = shardings
@@ -637,6 +653,18 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         return shape, dtype
 
     def read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        tensorstore_ran()
+        try:
+            out = self._read_arrays(table, wanted)
+        except SerializationError:
+            check_unchanged(self.path, self.pinned, self.where)  # failed as it was swapped
+            raise
+        check_unchanged(self.path, self.pinned, self.where)  # read from the opened one
+        return out
+
+    def _read_arrays(
         self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
     ) -> dict[str, Any]:
         unknown = sorted(set(self.layouts) - set(table))[:5]
