@@ -109,7 +109,7 @@ def test_every_stored_unit_has_its_crc32_recorded(
     assert set(found) == {(256, 256), (7,)}
     for meta in found.values():
         assert [c["name"] for c in meta["codecs"]] == ["bytes"]
-    # orbax's own choice would be (64, 16): a chunk cutting every row of the shard
+    # orbax's own choice would be (32, 32): a chunk cutting every row of the shard
     assert found[(256, 256)]["chunk_grid"]["configuration"]["chunk_shape"] == [8, 128]
     deflated = jio.export(_sharded(), tmp_path / "z", format="orbax", compression="deflate")
     for meta in _zarr_json(deflated / "arrays"):
