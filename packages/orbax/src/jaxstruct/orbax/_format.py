@@ -642,6 +642,14 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         # array key -> its stored units and their CRC-32s (None: a checkpoint without them)
         self.units = units
         self.use_zarr3 = False
+        # What protects the stored bytes, as jaxstruct.io.inspect reports it.
+        self.checksum_scheme = "none: written by jaxstruct-orbax before checksums"
+        if isinstance(self, _CheckedOrbaxCheckpoint):
+            self.checksum_scheme = (
+                "CRC-32C per stored chunk (tensorstore), CRC-32 of the manifest"
+                if units is None
+                else "CRC-32 per stored unit of every array, and of the manifest"
+            )
 
     def _name(self, key: str) -> str:
         return key if self.names is None else self.names.get(key, key)
@@ -749,6 +757,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         # decoded: blocks shrink with the data there. Local files keep the largest.
         total = sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
         pace = Pace.of(total, remote=is_store_url(str(self.path)))
+        if self.units is not None:  # each unit (a stored chunk) is read once: no chunk cache
+            pace = pace._replace(cached=False)
         opening = open_array_stores(
             self.path / ARRAYS,
             [self._name(key) for key in wanted],

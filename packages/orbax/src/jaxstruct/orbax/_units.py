@@ -137,18 +137,30 @@ def _own_pieces(arr: Any, primary: bool) -> list[tuple[Box, Any]]:
     return out
 
 
+def _on_host(data: Any) -> np.ndarray:
+    """A host view of one shard's data: its own buffer on a CPU device; elsewhere a copy,
+    made through a fresh device array (JAX would keep a host copy cached on the user's
+    shard, and so the model in host memory, after the export)."""
+    if isinstance(data, np.ndarray):
+        return data
+    if all(d.platform == "cpu" for d in data.devices()):
+        return np.asarray(data)
+    return np.asarray(data.copy())
+
+
 def process_record(stored: Mapping[str, Any], limit: int, process: int) -> dict[str, Any]:
     """This process's record: per stored array, per piece it writes, the CRC-32 of each unit.
 
     On CPU devices a shard's host view is its own buffer; on an accelerator
-    each shard is copied to the host once, one shard at a time.
+    each shard is copied to the host once, one shard at a time (a second copy
+    beside orbax's own, which the record is written before).
     """
     arrays: dict[str, list[dict[str, Any]]] = {}
     for key, arr in stored.items():
         itemsize = np.dtype(arr.dtype).itemsize
         pieces = []
         for box, data in _own_pieces(arr, process == 0):
-            host = np.asarray(data)
+            host = _on_host(data)
             axis, step = cut([hi - lo for lo, hi in box], itemsize, limit)
             crcs = [bytes_crc(host[_within(u, box)]) for u in unit_boxes(box, axis, step)]
             pieces.append({"box": [list(b) for b in box], "axis": axis, "step": step, "crcs": crcs})
