@@ -38,7 +38,9 @@ Run:  uv run --frozen --all-packages python benchmarks/bench_orbax.py [--gib 1] 
 sharded by rows is restored into the stored shards, into a resharded target and as
 NumPy, ``--rounds`` times each (default 7) with the check on and off (the private
 switch ``jaxstruct.orbax._read._CHECK``), alternating, in one process; wall time and
-CPU time (``time.process_time``, all threads) as medians with their ranges.
+CPU time (``time.process_time``, all threads) as medians with their ranges, and the
+CPU time spent in the CRC-32s themselves as a share of the restore's wall and CPU time
+(medians; on a loaded machine the only figure steadier than the noise).
 """
 
 from __future__ import annotations
@@ -300,17 +302,35 @@ def bench_check_cost(root: Path, gib: float, rounds: int) -> list[str]:
         "resharded (by columns)": _restore_op("ours", path, shape),
         "as NumPy": lambda: jio.load(path)["w"],
     }
+    # The CPU time of the CRC-32s themselves (they run on the reading thread), summed over
+    # one restore: a figure the load of a shared machine barely moves, unlike the others.
+    crc_cpu = [0.0]
+    crc = vars(_read)["bytes_crc"]  # the name _read checks with, wrapped for the count
+
+    def timed_crc(data: Any) -> int:
+        start = time.thread_time()
+        try:
+            return crc(data)
+        finally:
+            crc_cpu[0] += time.thread_time() - start
+
+    setattr(_read, "bytes_crc", timed_crc)  # noqa: B010  # a name _read keeps private
     rows = []
     for name, read in reads.items():
         read()  # warm: the page cache, JAX's compilations
         times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        shares: list[tuple[float, float]] = []  # the CRCs' CPU time / the restore's wall, CPU
         for r in range(rounds):
             for check in (True, False) if r % 2 == 0 else (False, True):
                 _read._CHECK = check  # the private switch, on purpose
                 gc.collect()
+                crc_cpu[0] = 0.0
                 wall, cpu = time.perf_counter(), time.process_time()
                 result = read()
-                times[check].append((time.perf_counter() - wall, time.process_time() - cpu))
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                times[check].append((wall, cpu))
+                if check:
+                    shares.append((crc_cpu[0] / wall, crc_cpu[0] / cpu))
                 del result
         _read._CHECK = True
 
@@ -320,10 +340,13 @@ def bench_check_cost(root: Path, gib: float, rounds: int) -> list[str]:
 
         medians = {c: [statistics.median(t[i] for t in times[c]) for i in (0, 1)] for c in times}
         ratios = [f"{medians[True][i] / medians[False][i] - 1:+.1%}" for i in (0, 1)]
+        share = [statistics.median(s[i] for s in shares) for i in (0, 1)]
         rows.append(
             f"| {name} | {cell(True, 0)} | {cell(False, 0)} | {ratios[0]} "
-            f"| {cell(True, 1)} | {cell(False, 1)} | {ratios[1]} |"
+            f"| {cell(True, 1)} | {cell(False, 1)} | {ratios[1]} "
+            f"| {share[0]:.1%} | {share[1]:.1%} |"
         )
+    setattr(_read, "bytes_crc", crc)  # noqa: B010
     return rows
 
 
@@ -468,9 +491,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             "| restore | wall, check on (s) | wall, off | wall cost "
-            "| CPU, check on (s) | CPU, off | CPU cost |"
+            "| CPU, check on (s) | CPU, off | CPU cost | CRC CPU / wall | CRC CPU / CPU |"
         )
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         print("\n".join(rows))
         return 0
     if args.quick:
