@@ -5,8 +5,11 @@ differently from the stored chunks (resharding), each stored chunk is
 decoded once per shard it overlaps, and each shard is read into a fresh
 host buffer that JAX then copies, because it is not aligned as JAX wants.
 
-Here the stored array is read once, in blocks of whole stored chunks; each
-block is copied into the host buffers of the shards it overlaps. Those
+Here the stored array is read once, unit by unit where the checkpoint records
+its units' CRC-32s (``_units``; each unit is one stored chunk, read whole and
+checked before it reaches a shard: :func:`_fill_units`), else in blocks of
+whole stored chunks; each unit or block is copied into the host buffers of
+the shards it overlaps. Those
 buffers are 64-byte aligned, so on CPU devices JAX adopts them without a
 copy: the peak is the result plus the blocks in flight. Each process reads
 only the blocks its own devices need. How blocks are read (:class:`Pace`):
