@@ -32,6 +32,15 @@ Targets (issue 10), as same-run ratios (median of the per-round ratios):
 Run:  uv run --frozen --all-packages python benchmarks/bench_orbax.py [--gib 1] [--check]
 (``--quick`` = 0.125 GiB, 2 rounds and 5,000 small arrays, for a smoke run;
 ``--check`` exits with status 1 when a target is missed.)
+
+``--check-cost`` measures instead what the CRC-32 check of every stored unit costs
+(issue 36: at most 5% of a load): one checkpoint of ``--gib`` (0.5 by default there)
+sharded by rows is restored into the stored shards, into a resharded target and as
+NumPy, ``--rounds`` times each (default 7) with the check on and off (the private
+switch ``jaxstruct.orbax._read._CHECK``), alternating, in one process; wall time and
+CPU time (``time.process_time``, all threads) as medians with their ranges, and the
+CPU time spent in the CRC-32s themselves as a share of the restore's wall and CPU time
+(medians; on a loaded machine the only figure steadier than the noise).
 """
 
 from __future__ import annotations
@@ -275,6 +284,72 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     return _measure(_restore_op(side, path, shape))
 
 
+def bench_check_cost(root: Path, gib: float, rounds: int) -> list[str]:
+    """Markdown rows: per read kind, wall and CPU time with the check on and off."""
+    from jaxstruct.orbax import _read
+
+    mesh = jax.make_mesh((8,), ("x",))
+    shape = _shape(gib)
+    path = root / "check-cost"
+    jio.export({"w": _data(*shape, NamedSharding(mesh, P("x")))}, path, format="orbax")
+    stored = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, P("x")))
+
+    def into_stored_shards() -> jax.Array:
+        return jio.load(path, target={"w": stored})["w"].block_until_ready()
+
+    reads: dict[str, Callable[[], Any]] = {
+        "into the stored shards": into_stored_shards,
+        "resharded (by columns)": _restore_op("ours", path, shape),
+        "as NumPy": lambda: jio.load(path)["w"],
+    }
+    # The CPU time of the CRC-32s themselves (they run on the reading thread), summed over
+    # one restore: a figure the load of a shared machine barely moves, unlike the others.
+    crc_cpu = [0.0]
+    crc = vars(_read)["bytes_crc"]  # the name _read checks with, wrapped for the count
+
+    def timed_crc(data: Any) -> int:
+        start = time.thread_time()
+        try:
+            return crc(data)
+        finally:
+            crc_cpu[0] += time.thread_time() - start
+
+    setattr(_read, "bytes_crc", timed_crc)  # noqa: B010  # a name _read keeps private
+    rows = []
+    for name, read in reads.items():
+        read()  # warm: the page cache, JAX's compilations
+        times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        shares: list[tuple[float, float]] = []  # the CRCs' CPU time / the restore's wall, CPU
+        for r in range(rounds):
+            for check in (True, False) if r % 2 == 0 else (False, True):
+                _read._CHECK = check  # the private switch, on purpose
+                gc.collect()
+                crc_cpu[0] = 0.0
+                wall, cpu = time.perf_counter(), time.process_time()
+                result = read()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                times[check].append((wall, cpu))
+                if check:
+                    shares.append((crc_cpu[0] / wall, crc_cpu[0] / cpu))
+                del result
+        _read._CHECK = True
+
+        def cell(check: bool, i: int, times: dict[bool, list[tuple[float, float]]] = times) -> str:
+            got = [t[i] for t in times[check]]
+            return f"{statistics.median(got):.3f} ({min(got):.3f}-{max(got):.3f})"
+
+        medians = {c: [statistics.median(t[i] for t in times[c]) for i in (0, 1)] for c in times}
+        ratios = [f"{medians[True][i] / medians[False][i] - 1:+.1%}" for i in (0, 1)]
+        share = [statistics.median(s[i] for s in shares) for i in (0, 1)]
+        rows.append(
+            f"| {name} | {cell(True, 0)} | {cell(False, 0)} | {ratios[0]} "
+            f"| {cell(True, 1)} | {cell(False, 1)} | {ratios[1]} "
+            f"| {share[0]:.1%} | {share[1]:.1%} |"
+        )
+    setattr(_read, "bytes_crc", crc)  # noqa: B010
+    return rows
+
+
 def bench_small(root: Path, count: int, repeats: int) -> tuple[str, str, str, str]:
     tree = {f"p{i}": np.full((4,), i, np.float32) for i in range(count)}
     checkpointer = ocp.StandardCheckpointer()
@@ -393,10 +468,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="0.125 GiB, 2 rounds, 5,000 small")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--check-cost", action="store_true", help="the cost of the CRC-32 check (see above)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(json.loads(args.child))))
+        return 0
+    if args.check_cost:
+        gib = args.gib if "--gib" in (argv or sys.argv) else 0.5
+        rounds = args.rounds if {"--rounds", "--repeats"} & set(argv or sys.argv) else 7
+        root = Path(tempfile.mkdtemp(prefix="bench-orbax-"))
+        try:
+            rows = bench_check_cost(root, gib, rounds)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        load = os.getloadavg()
+        print(
+            f"### the CRC-32 check of every stored unit, {gib:g} GiB ({os.cpu_count()} cores, "
+            f"load average {load[0]:.1f} at the end, {rounds} rounds each way)\n"
+        )
+        print(
+            "| restore | wall, check on (s) | wall, off | wall cost "
+            "| CPU, check on (s) | CPU, off | CPU cost | CRC CPU / wall | CRC CPU / CPU |"
+        )
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("\n".join(rows))
         return 0
     if args.quick:
         args.gib, args.rounds = 0.125, 2

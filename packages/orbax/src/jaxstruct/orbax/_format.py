@@ -14,11 +14,15 @@ rename, with barriers across processes). Array chunks are stored as they are
 (zstd only with ``compression="deflate"``) in orbax data files of at most
 ``DATA_FILE_BYTES``, so tensorstore writes straight from the arrays' buffers.
 
+Every process also saves, as an item of its own, the CRC-32 of each unit it
+writes (``_units``); the stored chunks are these units.
+
 Loading reads the manifest bytes itself, within the caller's limits, and
 reads the wanted arrays only, as plain arrays: orbax's own metadata never
-decides a type, and no module is ever imported. Arrays wanted on devices are
-read with tensorstore straight into their shards (``_read``); arrays wanted
-as NumPy go through orbax's restore. Zero-size arrays, which orbax refuses,
+decides a type, and no module is ever imported. Arrays are read with
+tensorstore, unit by unit, each unit checked, straight into their shards or
+into one NumPy array (``_read``); a checkpoint written before the unit
+checksums goes through orbax's restore for NumPy. Zero-size arrays, which orbax refuses,
 are not stored: the manifest's dtype and shape rebuild them.
 
 orbax-checkpoint is imported only when the format is used, so registering
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,18 +55,21 @@ from jaxstruct.registry import SerializationError
 
 from . import _names, _plain, _read
 from ._bucket import OrbaxRemote, replacement
-from ._orbax_internals import STEP_METADATA_FILE, chunk_checksums, open_array_stores
+from ._orbax_internals import STEP_METADATA_FILE, chunk_layout, open_array_stores
 from ._pinned import check_unchanged, pin
 from ._process import one_save_at_a_time, refuse_in_forked_child, tensorstore_ran
-from ._read import Job, Pace, read_into_shards
+from ._read import ChecksumMismatch, Job, Pace, read_into_host, read_into_shards
 from ._shardmeta import sharding_from_json, sharding_to_json
 from ._stores import committed, is_store_url, temporary_path_class, to_path
+from ._units import Units, json_crc, parse_record, process_record
 
 __all__ = ["OrbaxFormat"]
 
 ARRAYS = "arrays"
 MANIFEST_ITEM = "jaxstruct"
 STORAGE_ITEM = "jaxstruct_storage"
+#: Each process's record of the CRC-32s of the units it wrote (``_units``): item ``<this><i>``.
+RECORD_ITEM = "jaxstruct_checksums_"
 _MANIFEST_FILE = "metadata"  # the JSON handler's default file name
 
 
@@ -162,8 +168,8 @@ def _storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 DATA_FILE_BYTES = 32 << 20
 
 
-#: Largest stored chunk in local files. Tensorstore checks each chunk's CRC-32C as it
-#: reads it, at about 1.3 GB/s for 4 MiB chunks here and 0.4 GB/s for 32 MiB ones.
+#: Largest stored chunk (and checksummed unit, ``_units``) in local files: a resharded
+#: restore reads whole units, so small ones keep the blocks in flight small.
 CHUNK_BYTES = 4 << 20
 
 
@@ -241,6 +247,8 @@ def _handler(compression: str | None = None, target: Any = None, budget: int | N
     straight from the arrays' own buffers. ``None``: a handler for reading.
     ``budget``: see :func:`_host_budget`.
     """
+    import jax
+
     ocp = _ocp()
     processes = _processes()
     options = ocp.CompositeOptions(
@@ -248,14 +256,24 @@ def _handler(compression: str | None = None, target: Any = None, budget: int | N
     )
     if compression is None:
         return ocp.CompositeCheckpointHandler(composite_options=options)
+    # Process i alone writes item RECORD_ITEM + i (the others' arguments for it are unused).
+    records = {
+        f"{RECORD_ITEM}{i}": ocp.JsonCheckpointHandler(
+            multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=i, active_processes=processes.active_processes
+            )
+        )
+        for i in range(jax.process_count())
+    }
     return ocp.CompositeCheckpointHandler(
         composite_options=options,
+        **records,
         **{
             MANIFEST_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
             STORAGE_ITEM: ocp.JsonCheckpointHandler(multiprocessing_options=processes),
             ARRAYS: ocp.PyTreeCheckpointHandler(
                 use_compression=compression == "deflate",
-                use_zarr3=True,  # a CRC-32C per stored chunk (chunk_checksums)
+                use_zarr3=True,  # one stored object per chunk (chunk_layout)
                 multiprocessing_options=processes,
                 # (orbax takes the budget in GB, 10**9 bytes; its write limit stays 96 GB)
                 **({} if budget is None else {"save_device_host_concurrent_gb": budget / 1e9}),
@@ -299,16 +317,20 @@ def _save_args(
         if (found := saved_sharding(arr)) is not None
     }
     storage: dict[str, Any] = {"version": 1, "arrays": layouts, "shardings": shardings}
+    raw = dict(stored)  # by manifest key, before nesting
     names = _names.tree_names(document, stored)
     if names is not None:
         storage["names"] = names
         stored = _names.nest({names[key]: arr for key, arr in stored.items()})
-    storage["chunks"] = "crc32c"  # every stored chunk carries its CRC-32C (chunk_checksums)
-    storage["manifest_crc32"] = _crc(document)
-    storage["crc32"] = _crc(storage)
+    # Every stored unit's CRC-32, in one record per process (_units).
+    record = process_record(raw, chunk_bytes, jax.process_index())
+    storage["checksums"] = {"units": "crc32", "processes": jax.process_count()}
+    storage["manifest_crc32"] = json_crc(document)
+    storage["crc32"] = json_crc(storage)
     items: dict[str, Any] = {
         MANIFEST_ITEM: ocp.args.JsonSave(document),
         STORAGE_ITEM: ocp.args.JsonSave(storage),
+        **{f"{RECORD_ITEM}{i}": ocp.args.JsonSave(record) for i in range(jax.process_count())},
     }
     if stored:
         chunks = ocp.SaveArgs(chunk_byte_size=chunk_bytes)
@@ -320,13 +342,7 @@ def _save_args(
     return ocp.args.Composite(**items)
 
 
-def _crc(document: Any) -> int:
-    """The CRC-32 of a JSON document in a canonical form (whatever bytes orbax wrote it as),
-    leaving out its own ``crc32`` entry."""
-    if isinstance(document, dict):
-        document = {k: v for k, v in document.items() if k != "crc32"}
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return zlib.crc32(text.encode("ascii"))
+_crc = json_crc  # the name tests/orbax/_reseal.py imports
 
 
 def _wrap_error(target: Any, err: Exception) -> SerializationError:
@@ -340,10 +356,10 @@ def _wrap_error(target: Any, err: Exception) -> SerializationError:
 
 
 class _OrbaxPending(PendingWrite):
-    def __init__(self, checkpointer: Any, target: Any, checksums: Any) -> None:
+    def __init__(self, checkpointer: Any, target: Any, layout: Any) -> None:
         self.checkpointer = checkpointer
         self.target = target
-        self.checksums = checksums  # the entered chunk_checksums() of this save
+        self.layout = layout  # the entered chunk_layout() of this save
         self._done = False
 
     def wait(self) -> None:
@@ -353,7 +369,7 @@ class _OrbaxPending(PendingWrite):
             raise _wrap_error(self.target, err) from err
         finally:
             if not self._done:
-                self.checksums.__exit__(None, None, None)
+                self.layout.__exit__(None, None, None)
             self._done = True
             self.checkpointer.close()
 
@@ -401,7 +417,7 @@ class OrbaxFormat(Format):
         handler = _handler(compression, target, _host_budget(arrays))
         checkpointer = _checkpointer(handler, target)
         try:
-            with chunk_checksums(where), one_save_at_a_time():
+            with chunk_layout(where), one_save_at_a_time():
                 checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             raise _wrap_error(target, err) from err
@@ -424,16 +440,16 @@ class OrbaxFormat(Format):
         args = _save_args(manifest, _host_safe(arrays), *_sizes(target, arrays))
         where = to_path(target)
         checkpointer = _checkpointer(_handler(compression, target), target, background=True)
-        checksums = chunk_checksums(where)
-        checksums.__enter__()  # until the background save ends (_OrbaxPending.wait)
+        layout = chunk_layout(where)
+        layout.__enter__()  # until the background save ends (_OrbaxPending.wait)
         try:
             with one_save_at_a_time():
                 checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             checkpointer.close()
-            checksums.__exit__(None, None, None)
+            layout.__exit__(None, None, None)
             raise _wrap_error(target, err) from err
-        return _OrbaxPending(checkpointer, target, checksums)
+        return _OrbaxPending(checkpointer, target, layout)
 
     def remote_directory(self) -> RemoteDirectory:
         """Steps of a ``CheckpointManager`` at a ``gs://`` or ``s3://`` URL, through orbax's
@@ -496,14 +512,42 @@ class OrbaxFormat(Format):
             return _OrbaxCheckpoint(
                 p, manifest, layouts, shardings, where, names=names, pinned=pinned
             )
-        if _crc(parse_json(manifest, where, "jaxstruct manifest item")) != sums:
+        manifest_crc, processes = sums
+        if json_crc(parse_json(manifest, where, "jaxstruct manifest item")) != manifest_crc:
             raise SerializationError(
                 f"{where}: the jaxstruct manifest item does not match its checksum: the "
                 "checkpoint is corrupt; restore it from a copy"
             )
+        units = None if processes is None else _read_records(p, processes, limits, where)
         return _CheckedOrbaxCheckpoint(
-            p, manifest, layouts, shardings, where, names=names, pinned=pinned
+            p, manifest, layouts, shardings, where, names=names, pinned=pinned, units=units
         )
+
+
+def _read_records(p: Any, processes: int, limits: Limits, where: str) -> dict[str, Units]:
+    """Every process's checksum record, each checked against its own CRC-32, merged:
+    ``array key -> units``. A missing record is a corrupt checkpoint."""
+    out: dict[str, Units] = {}
+    for i in range(processes):
+        name = f"{RECORD_ITEM}{i}"
+        file = p / name / _MANIFEST_FILE
+        try:
+            size = file.stat().length
+        except FileNotFoundError:
+            raise SerializationError(
+                f"{where}: the checksum record {name!r} (process {i} of {processes}) is "
+                "missing: the checkpoint is incomplete; restore it from a copy"
+            ) from None
+        if size > limits.max_manifest_bytes:
+            raise SerializationError(
+                f"{where}: the checksum record {name!r} is {size} bytes, more than "
+                f"max_manifest_bytes={limits.max_manifest_bytes}; if you trust this file, "
+                "pass a larger max_manifest_bytes="
+            )
+        document = parse_json(file.read_bytes(), where, f"checksum record {name!r}")
+        for key, units in parse_record(document, i, where, name).items():
+            out.setdefault(key, []).extend(units)
+    return out
 
 
 _KINDS = frozenset({"bool", "bytes"})
@@ -515,12 +559,12 @@ def _read_storage(
     dict[str, dict[str, str]],
     dict[str, SavedSharding | None] | None,
     dict[str, str] | None,
-    int | None,
+    tuple[int, int | None] | None,
 ]:
     """Read and check the ``storage`` item: how each non-native array was stored, how
     each was sharded, its name in the arrays item (``None`` for a checkpoint written
-    before that record), and the manifest's CRC-32 (``None`` for a checkpoint written
-    before checksums: its chunks carry none either).
+    before that record), and its checksums (:func:`_checked_sums`; ``None`` for a
+    checkpoint written before checksums: its chunks carry none either).
 
     The item's own ``crc32`` is checked first, when it has one."""
     file = p / STORAGE_ITEM / _MANIFEST_FILE
@@ -559,20 +603,33 @@ def _read_storage(
     return layouts, shardings, names, sums
 
 
-def _checked_sums(document: Any, where: str) -> int | None:
-    """The manifest's CRC-32 from a storage item whose own CRC-32 matches; ``None`` when
-    the item has no checksums (an older checkpoint)."""
+def _checked_sums(document: Any, where: str) -> tuple[int, int | None] | None:
+    """``(the manifest's CRC-32, how many processes recorded unit checksums)`` from a
+    storage item whose own CRC-32 matches; ``None`` when the item has no checksums (an
+    older checkpoint). The count is ``None`` for a checkpoint of jaxstruct-orbax 0.1
+    whose chunks carry zarr's ``crc32c`` codec instead (tensorstore checks those)."""
     if not isinstance(document, dict) or "crc32" not in document:
         return None
-    if document["crc32"] != _crc(document):
+    if document["crc32"] != json_crc(document):
         raise SerializationError(
             f"{where}: the jaxstruct storage item does not match its checksum: the checkpoint "
             "is corrupt; restore it from a copy"
         )
     sums = document.get("manifest_crc32")
-    if type(sums) is not int or document.get("chunks") != "crc32c":
-        raise SerializationError(f"{where}: the storage item's checksums are malformed")
-    return sums
+    checksums = document.get("checksums")
+    processes = checksums.get("processes") if isinstance(checksums, dict) else None
+    if type(sums) is not int:
+        pass
+    elif checksums is None and document.get("chunks") == "crc32c":
+        return sums, None
+    elif (
+        isinstance(checksums, dict)
+        and checksums.get("units") == "crc32"
+        and type(processes) is int
+        and processes > 0
+    ):
+        return sums, processes
+    raise SerializationError(f"{where}: the storage item's checksums are malformed")
 
 
 def _host_safe(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -591,6 +648,7 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         *,
         names: dict[str, str] | None = None,
         pinned: tuple[int, int, int] | None = None,
+        units: dict[str, Units] | None = None,
     ) -> None:
         self.path = path
         self.pinned = pinned  # the directory's identity when it was opened (_pinned)
@@ -599,7 +657,17 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         self.shardings = shardings
         self.where = where
         self.names = names  # array key -> its name in the arrays item (None: the key)
+        # array key -> its stored units and their CRC-32s (None: a checkpoint without them)
+        self.units = units
         self.use_zarr3 = False
+        # What protects the stored bytes, as jaxstruct.io.inspect reports it.
+        self.checksum_scheme = "none: written by jaxstruct-orbax before checksums"
+        if isinstance(self, _CheckedOrbaxCheckpoint):
+            self.checksum_scheme = (
+                "CRC-32C per stored chunk (tensorstore), CRC-32 of the manifest"
+                if units is None
+                else "CRC-32 per stored unit of every array, and of the manifest"
+            )
 
     def _name(self, key: str) -> str:
         return key if self.names is None else self.names.get(key, key)
@@ -711,39 +779,73 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             out.update(self._read_on_host(on_host, storage, table, len(on_host) < len(stored)))
         return out
 
+    def _jobs(
+        self, wanted: Mapping[str, Any], storage: Mapping[str, tuple[Any, np.dtype]]
+    ) -> tuple[dict[str, Job], Pace]:
+        """Open each wanted array's tensorstore; its job and the pace of the read."""
+        # From an object store, a block holds its response in memory while it is
+        # decoded: blocks shrink with the data there. Local files keep the largest.
+        total = sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
+        pace = Pace.of(total, remote=is_store_url(str(self.path)))
+        if self.units is not None:  # each unit (a stored chunk) is read once: no chunk cache
+            pace = pace._replace(cached=False)
+        opening = open_array_stores(
+            self.path / ARRAYS,
+            [self._name(key) for key in wanted],
+            use_zarr3=self.use_zarr3,
+            cache_bytes=pace.cache,
+        )
+        jobs = {}
+        for key, placement in wanted.items():
+            store = opening[self._name(key)].result()
+            shape, dtype = storage[key]
+            if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
+                raise ValueError(
+                    f"array {key!r} holds {store.dtype} {tuple(store.shape)}, "
+                    f"orbax's metadata said {dtype} {tuple(shape)}"
+                )
+            view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
+            units = None if self.units is None else self.units.get(key, [])
+            jobs[key] = Job(store, tuple(shape), placement, view, units)
+        return jobs, pace
+
     def _read_sharded(
         self, wanted: Mapping[str, Any], storage: Mapping[str, tuple[Any, np.dtype]]
     ) -> dict[str, Any]:
         """Arrays placed on devices: read straight into their shards (see ``_read``)."""
         _ocp()
-        directory = self.path / ARRAYS
         try:
-            # From an object store, a block holds its response in memory while it is
-            # decoded: blocks shrink with the data there. Local files keep the largest.
-            total = sum(math.prod(storage[k][0]) * np.dtype(storage[k][1]).itemsize for k in wanted)
-            pace = Pace.of(total, remote=is_store_url(str(self.path)))
-            opening = open_array_stores(
-                directory,
-                [self._name(key) for key in wanted],
-                use_zarr3=self.use_zarr3,
-                cache_bytes=pace.cache,
-            )
-            jobs = {}
-            for key, placement in wanted.items():
-                store = opening[self._name(key)].result()
-                shape, dtype = storage[key]
-                if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
-                    raise ValueError(
-                        f"array {key!r} holds {store.dtype} {tuple(store.shape)}, "
-                        f"orbax's metadata said {dtype} {tuple(shape)}"
-                    )
-                view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
-                jobs[key] = Job(store, tuple(shape), placement, view)
-            return read_into_shards(jobs, pace)
+            return read_into_shards(*self._jobs(wanted, storage))
         except SerializationError:
             raise
+        except ChecksumMismatch as err:
+            raise _mismatch(self.where, err, self._name(err.key)) from None
         except Exception as err:
             raise _read_error(self.where, err) from None
+
+    def _read_units_on_host(
+        self,
+        to_read: Mapping[str, Any],
+        storage: Mapping[str, tuple[Any, np.dtype]],
+        table: Mapping[str, ArraySpec],
+    ) -> dict[str, Any]:
+        """Arrays wanted as NumPy (or stored as raw bytes), unit by unit, each checked."""
+        _ocp()
+        try:
+            jobs, pace = self._jobs(dict.fromkeys(to_read), storage)
+            hosts = read_into_host(jobs, pace)
+        except SerializationError:
+            raise
+        except ChecksumMismatch as err:
+            raise _mismatch(self.where, err, self._name(err.key)) from None
+        except Exception as err:
+            raise _read_error(self.where, err) from None
+        return {
+            key: _from_storage(
+                hosts[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
+            )
+            for key, placement in to_read.items()
+        }
 
     def _read_on_host(
         self,
@@ -752,7 +854,10 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
         table: Mapping[str, ArraySpec],
         partial: bool,
     ) -> dict[str, Any]:
-        """Arrays wanted as NumPy (or stored as raw bytes): through orbax's restore."""
+        """Arrays wanted as NumPy (or stored as raw bytes): through orbax's restore, or
+        unit by unit where the checkpoint records units."""
+        if self.units is not None:
+            return self._read_units_on_host(to_read, storage, table)
         ocp = _ocp()
         item: dict[str, Any] = {}
         restore_args: dict[str, Any] = {}
@@ -794,7 +899,9 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
 
 
 class _CheckedOrbaxCheckpoint(_OrbaxCheckpoint):
-    """A checkpoint whose chunks carry CRC-32Cs: tensorstore checks each chunk it reads."""
+    """A checkpoint with checksums: a CRC-32 per stored unit that every read checks
+    (``units``), or, written by jaxstruct-orbax 0.1, a CRC-32C per chunk that
+    tensorstore checks."""
 
     def verify(self, table: Mapping[str, ArraySpec]) -> list[str]:
         """Read (and so check) every array, one at a time; one message per bad array."""
@@ -805,6 +912,21 @@ class _CheckedOrbaxCheckpoint(_OrbaxCheckpoint):
             except SerializationError as err:
                 problems.append(f"array {key!r}: {err}")
         return problems
+
+
+def _mismatch(where: str, err: ChecksumMismatch, name: str) -> SerializationError:
+    """Our error for a unit failing its CRC-32, or an array its units do not cover
+    (``name``: the array's tree path, as the arrays item stores it)."""
+    if err.box is None:
+        return SerializationError(
+            f"{where}: the checksum records do not cover array {name!r}: the checkpoint "
+            "is corrupt or incomplete; restore it from a copy"
+        )
+    region = ", ".join(f"{lo}:{hi}" for lo, hi in err.box)
+    return SerializationError(
+        f"{where}: array {name!r}, stored region [{region}], does not match its checksum: "
+        "the checkpoint is corrupt; restore it from a copy"
+    )
 
 
 def _read_error(where: str, err: Exception) -> SerializationError:

@@ -4,8 +4,8 @@ Orbax has no public API for four things the format needs: opening the
 tensorstore of one saved array (to read it straight into device shards), the
 name of the step metadata file that marks a finished orbax checkpoint, a
 tensorstore kvstore for ``s3://`` paths, or one with settings of ours for ``gs://``
-(:func:`route_stores`), and a checksum on each stored chunk
-(:func:`chunk_checksums`). All are taken here
+(:func:`route_stores`), and the layout of the stored chunks, each a unit the
+format checksums (:func:`chunk_layout`). All are taken here
 and only here; a missing piece raises a
 :class:`~jaxstruct.registry.SerializationError` naming the installed orbax
 version and the one this release was tested with. ``orbax-checkpoint`` has no
@@ -28,7 +28,7 @@ __all__ = [
     "STEP_METADATA_FILE",
     "SUPPORTED",
     "TESTED",
-    "chunk_checksums",
+    "chunk_layout",
     "open_array_stores",
     "route_s3",
     "route_stores",
@@ -171,38 +171,43 @@ def _replace_gcs_stores(spec: Any, store: Callable[[dict[str, Any]], dict[str, A
     return spec
 
 
-# The spec class every orbax 0.12 array save builds, and the zarr metadata builder it calls.
+# The spec class every orbax 0.12 array save builds, the zarr metadata builder it calls,
+# and the module of the chunk shape chooser it calls (``subchunking.choose_chunk_shape``).
 _WRITE_SPEC = "ArrayWriteSpec"
 _METADATA_BUILDER = "_build_zarr_shard_and_chunk_metadata"
+_CHOOSER = "choose_chunk_shape"
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax's temporary directory: the target's name + this
 
-#: Private switch for measurements: ``False`` stores the same layout without the CRC-32Cs.
-_CHUNK_CRC = True
+#: Private switch for tests: ``True`` stores a CRC-32C codec in every chunk, as
+#: jaxstruct-orbax 0.1 did (its checkpoints must keep loading).
+_CHUNK_CRC = False
 
-_saving: dict[str, int] = {}  # targets of the saves inside chunk_checksums(), how many each
+_saving: dict[str, int] = {}  # targets of the saves inside chunk_layout(), how many each
 _saving_lock = threading.Lock()
 _building = threading.local()  # .ours: the spec being built on this thread is one of ours
 
 
 @contextlib.contextmanager
-def chunk_checksums(target: Any) -> Iterator[None]:
-    """Inside the block, orbax's zarr v3 arrays saved at ``target`` store a CRC-32C per chunk.
+def chunk_layout(target: Any) -> Iterator[None]:
+    """Inside the block, orbax's zarr v3 arrays saved at ``target`` store each chunk as its
+    own object, shaped as the format's checksummed units where it can.
 
     orbax-checkpoint 0.12 stores a zarr v3 array as one zarr shard per written
-    shard (its ``sharding_indexed`` codec, a CRC-32C on the shard's index only,
-    none on the data), and takes no codecs from its caller. Its metadata builder
-    is wrapped so that for the saves of this block alone (arrays under
-    ``target``, or orbax's temporary directory beside it), each stored chunk is
-    its own object of codecs ``bytes`` (then ``zstd`` when compressed) and
-    ``crc32c``: tensorstore appends the chunk's CRC-32C when it writes it and
-    checks it on every read, orbax's own restore included. The user's own
-    orbax saves are left untouched. Without the ``sharding_indexed`` codec,
-    tensorstore encodes one chunk at a time instead of a whole shard (a save of
-    256 MiB peaked 0.1 GiB lower).
+    shard (its ``sharding_indexed`` codec), and takes no codecs from its caller.
+    Its metadata builder is wrapped so that for the saves of this block alone
+    (arrays under ``target``, or orbax's temporary directory beside it), each
+    stored chunk is its own object of codecs ``bytes`` (then ``zstd`` when
+    compressed); without ``sharding_indexed``, tensorstore encodes one chunk at a
+    time instead of a whole shard (a save of 256 MiB peaked 0.1 GiB lower). Its
+    chunk shape chooser is wrapped so that each chunk is one unit of
+    ``_units.cut``: a contiguous byte range of the written shard, which a restore
+    checks where it lands (orbax's own choice may cut the last axis). The
+    user's own orbax saves are left untouched.
     """
+    from orbax.checkpoint._src.arrays import subchunking
     from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
 
-    _wrap_builders(tsu)
+    _wrap_builders(tsu, subchunking)
     key = str(target).rstrip("/")
     with _saving_lock:
         _saving[key] = _saving.get(key, 0) + 1
@@ -222,18 +227,20 @@ def _is_ours(directory: Any) -> bool:
     return any(path == t or path.startswith((t + "/", t + _TMP_SUFFIX)) for t in targets if t)
 
 
-def _wrap_builders(tsu: Any) -> None:
-    """Wrap orbax's array spec and its zarr metadata builder, once per process."""
+def _wrap_builders(tsu: Any, subchunking: Any) -> None:
+    """Wrap orbax's array spec, its zarr metadata builder and its chunk shape chooser,
+    once per process."""
     spec_class = getattr(tsu, _WRITE_SPEC, None)
     builder = getattr(tsu, _METADATA_BUILDER, None)
-    if spec_class is None or builder is None:
+    chooser = getattr(subchunking, _CHOOSER, None)
+    if spec_class is None or builder is None or chooser is None:
         import orbax.checkpoint as ocp
 
         version = getattr(ocp, "__version__", "unknown")
         raise _moved(
-            f"tensorstore_utils.{_WRITE_SPEC} or {_METADATA_BUILDER}",
+            f"tensorstore_utils.{_WRITE_SPEC}, {_METADATA_BUILDER} or subchunking.{_CHOOSER}",
             version,
-            "the 'orbax' format's chunk checksums need",
+            "the 'orbax' format's stored chunk layout needs",
         )
     if getattr(builder, "_jaxstruct_checksums", False):
         return
@@ -253,9 +260,31 @@ def _wrap_builders(tsu: Any) -> None:
             return builder(**kwargs)
         return _checksummed_metadata(kwargs["global_shape"], kwargs["chunk_shape"], kwargs)
 
+    @functools.wraps(chooser)
+    def choose(global_shape: Any, write_shape: Any, dtype: Any, target: Any, **kw: Any) -> Any:
+        ours = getattr(_building, "ours", False) and not kw.get("shard_axes")
+        chunk = _unit_chunk(tuple(write_shape), dtype, target) if ours and target else None
+        return chooser(global_shape, write_shape, dtype, target, **kw) if chunk is None else chunk
+
     build._jaxstruct_checksums = True  # type: ignore[attr-defined]
     spec_class.__init__ = init
     setattr(tsu, _METADATA_BUILDER, build)
+    setattr(subchunking, _CHOOSER, choose)
+
+
+def _unit_chunk(write_shape: tuple[int, ...], dtype: Any, target: int) -> tuple[int, ...] | None:
+    """The stored chunk that is exactly one unit of ``_units.cut`` for a written shard of
+    ``write_shape``; ``None`` when no such unit divides it (orbax then chooses)."""
+    import numpy as np
+
+    from ._units import cut
+
+    if not write_shape or 0 in write_shape:
+        return None
+    axis, step = cut(write_shape, np.dtype(dtype).itemsize, target)
+    if write_shape[axis] % step:
+        return None
+    return (1,) * axis + (step,) + write_shape[axis + 1 :]
 
 
 def _checksummed_metadata(

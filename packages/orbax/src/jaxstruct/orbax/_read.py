@@ -5,8 +5,11 @@ differently from the stored chunks (resharding), each stored chunk is
 decoded once per shard it overlaps, and each shard is read into a fresh
 host buffer that JAX then copies, because it is not aligned as JAX wants.
 
-Here the stored array is read once, in blocks of whole stored chunks; each
-block is copied into the host buffers of the shards it overlaps. Those
+Here the stored array is read once, unit by unit where the checkpoint records
+its units' CRC-32s (``_units``; each unit is one stored chunk, read whole and
+checked before it reaches a shard: :func:`_fill_units`), else in blocks of
+whole stored chunks; each unit or block is copied into the host buffers of
+the shards it overlaps. Those
 buffers are 64-byte aligned, so on CPU devices JAX adopts them without a
 copy: the peak is the result plus the blocks in flight. Each process reads
 only the blocks its own devices need. How blocks are read (:class:`Pace`):
@@ -32,14 +35,18 @@ from typing import Any, NamedTuple
 import numpy as np
 from jaxstruct.io import ArraySpec, empty_array
 
+from ._units import Units, bytes_crc
+
 __all__ = [
     "BLOCK_BYTES",
     "IN_FLIGHT",
     "STORE_BLOCK_BYTES",
     "STORE_IN_FLIGHT",
+    "ChecksumMismatch",
     "Job",
     "Pace",
     "block_bytes",
+    "read_into_host",
     "read_into_shards",
 ]
 
@@ -132,13 +139,17 @@ class Job(NamedTuple):
     """One array to read: an open tensorstore, its shape, the target sharding.
 
     ``view`` reinterprets the read bytes before they reach the devices (stored
-    ``uint8`` read back as ``bool``), or is ``None``.
+    ``uint8`` read back as ``bool``), or is ``None``. ``units``: the array's stored
+    units and their CRC-32s (``_units``), each read whole and checked; ``None`` for a
+    checkpoint without them (read in blocks, as tensorstore's chunk codecs check it).
+    ``sharding`` ``None``: one host NumPy array (:func:`read_into_host`).
     """
 
     store: Any
     shape: tuple[int, ...]
     sharding: Any
     view: np.dtype | None = None
+    units: Units | None = None
 
 
 def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
@@ -152,7 +163,7 @@ def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
 
     plans = {key: _Plan(job) for key, job in jobs.items()}
     _fill(plans, pace)
-    out = {}
+    out: dict[str, Any] = {}
     for key, plan in plans.items():
         for box in list(plan.buffers):  # shards no block fed (none, unless the array is empty)
             plan.place(box)
@@ -163,6 +174,19 @@ def read_into_shards(jobs: Mapping[str, Job], pace: Pace) -> dict[str, Any]:
     return out
 
 
+def read_into_host(jobs: Mapping[str, Job], pace: Pace) -> dict[str, np.ndarray]:
+    """Read every job's array (``sharding`` ``None``) as one 64-byte aligned NumPy array."""
+    plans = {key: _Plan(job) for key, job in jobs.items()}
+    _fill(plans, pace)
+    out = {}
+    for key, plan in plans.items():
+        for box in list(plan.buffers):  # an empty array: no block fed it
+            plan.place(box)
+        ((host,),) = plan.placed.values()
+        out[key] = host
+    return out
+
+
 class _Plan:
     """The host buffers of one array's distinct shards, and which devices take each."""
 
@@ -170,8 +194,11 @@ class _Plan:
         self.job = job
         self.dtype = np.dtype(job.store.dtype.numpy_dtype)
         self.devices_of: dict[Box, list[Any]] = collections.defaultdict(list)
-        for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
-            self.devices_of[_box(index, job.shape)].append(device)
+        if job.sharding is None:  # one host array
+            self.devices_of[tuple((0, n) for n in job.shape)] = []
+        else:
+            for device, index in job.sharding.addressable_devices_indices_map(job.shape).items():
+                self.devices_of[_box(index, job.shape)].append(device)
         self.buffers = {box: _buffer(box, self.dtype) for box in self.devices_of}
         self.placed: dict[Box, list[Any]] = {}  # each shard's arrays, once on its devices
         self.waiting: dict[Box, int] = {}  # blocks each shard still waits for (set by _fill)
@@ -188,6 +215,9 @@ class _Plan:
         host = self.buffers.pop(box)
         if self.job.view is not None:
             host = host.view(self.job.view)
+        if self.job.sharding is None:
+            self.placed[box] = [host]
+            return
         memory_kind = self.job.sharding.memory_kind
         self.placed[box] = [
             jax.device_put(host, jax.sharding.SingleDeviceSharding(device, memory_kind=memory_kind))
@@ -240,6 +270,9 @@ def _fill(plans: Mapping[str, _Plan], pace: Pace) -> None:
     """
     import tensorstore as ts
 
+    if any(plan.job.units is not None for plan in plans.values()):
+        _fill_units(plans, pace)
+        return
     limit = pace.block
     pending: collections.deque[_Pending] = collections.deque()
     in_flight = 0
@@ -293,4 +326,100 @@ class _Pending(NamedTuple):
                 self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.need)]
         if self.plan is not None:
             self.plan.done(self.parts)
+        return self.nbytes
+
+
+#: Private switch for measurements: ``False`` reads unit by unit as usual but skips the check.
+_CHECK = True
+
+
+class ChecksumMismatch(Exception):  # turned into our SerializationError by _format
+    """A unit read does not match its recorded CRC-32, or the units leave part of an array
+    uncovered; ``key`` names the array, ``box`` the unit (``None``: not covered)."""
+
+    def __init__(self, key: str, box: Box | None) -> None:
+        super().__init__(key, box)
+        self.key, self.box = key, box
+
+
+def _volume(box: Box) -> int:
+    return math.prod(hi - lo for lo, hi in box)
+
+
+def _unit_reads(key: str, plan: _Plan) -> list[tuple[Box, int, list[tuple[Box, Box]]]]:
+    """``(unit, its CRC-32, [(shard, part of the unit for that shard)])`` per unit a shard
+    needs; every shard must be covered exactly by the units, each inside the array."""
+    units = plan.job.units or []
+    shape = plan.job.shape
+    covered = dict.fromkeys(plan.buffers, 0)
+    out = []
+    for unit, crc in units:
+        if len(unit) != len(shape) or any(hi > n for (_, hi), n in zip(unit, shape, strict=True)):
+            raise ChecksumMismatch(key, None)
+        parts = [(box, c) for box in plan.buffers if (c := _intersect(unit, box)) is not None]
+        for box, c in parts:
+            covered[box] += _volume(c)
+        if parts:
+            out.append((unit, crc, parts))
+    if any(n != _volume(box) for box, n in covered.items()):
+        raise ChecksumMismatch(key, None)
+    return out
+
+
+def _fill_units(plans: Mapping[str, _Plan], pace: Pace) -> None:
+    """Read every unit some shard needs, whole, at most ``pace.in_flight`` blocks' worth of
+    bytes at a time; check its CRC-32, then let it reach the shards.
+
+    A unit lying in one shard, where it is a contiguous range of the shard's buffer
+    (a restore into the stored shards), is written there by tensorstore and checked
+    in place; any other unit is read into its own array, checked, and copied out.
+    """
+    import tensorstore as ts
+
+    limit = pace.block
+    pending: collections.deque[_UnitPending] = collections.deque()
+    in_flight = 0
+    reads = {key: _unit_reads(key, plan) for key, plan in plans.items()}
+    for key, plan in plans.items():
+        plan.waiting = collections.Counter(box for _, _, parts in reads[key] for box, _ in parts)
+    for key, plan in plans.items():
+        for unit, crc, parts in reads[key]:
+            nbytes = _volume(unit) * plan.dtype.itemsize
+            while pending and in_flight + nbytes > max(pace.in_flight * limit, 2 * nbytes):
+                in_flight -= pending.popleft().finish()
+            source = plan.job.store[_within(unit, None)]
+            ((box, part),) = parts if len(parts) == 1 else ((None, None),)
+            # (with the Ellipsis, a view even of a 0-d buffer, never a copied scalar)
+            view = None if box is None else plan.buffers[box][(*_within(unit, box), ...)]
+            if box is not None and part == unit and view is not None and view.flags.c_contiguous:
+                write = ts.array(plan.buffers[box])[_within(unit, box)].write(source)
+                pending.append(_UnitPending(nbytes, key, plan, unit, crc, parts, write, view))
+            else:
+                pending.append(_UnitPending(nbytes, key, plan, unit, crc, parts, source.read()))
+            in_flight += nbytes
+    while pending:
+        pending.popleft().finish()
+
+
+class _UnitPending(NamedTuple):
+    """A unit being read: into its shard's buffer (``view``), or into an array to copy out."""
+
+    nbytes: int
+    key: str
+    plan: _Plan
+    unit: Box
+    crc: int
+    parts: Sequence[tuple[Box, Box]]
+    future: Any
+    view: np.ndarray | None = None
+
+    def finish(self) -> int:
+        got = self.future.result()
+        data = got if self.view is None else self.view
+        if _CHECK and bytes_crc(data) != self.crc:
+            raise ChecksumMismatch(self.key, self.unit)
+        if self.view is None:
+            for box, cut in self.parts:
+                self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.unit)]
+        self.plan.done(self.parts)
         return self.nbytes
