@@ -104,6 +104,40 @@ def test_load_places_small_arrays_without_jax_device_put(
         assert not arr.weak_type
 
 
+@pytest.mark.parametrize("fmt", ["directory", "zip"])
+def test_small_arrays_are_adopted_without_a_copy_from_one_bounded_buffer(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The small arrays a load reads from memory are handed to JAX aligned, so XLA adopts
+    each buffer instead of copying it; they share one buffer no bigger than the archive
+    plus 64 bytes per member, so a kept array holds no more than that alive."""
+    from jaxstruct.io import _decode, _jax_private
+
+    value: dict[str, Any] = {f"a{i}": jnp.arange(3 + i, dtype=jnp.float32) for i in range(10)}
+    value["h"] = np.arange(5, dtype=np.int16)  # a host leaf comes back as numpy
+    path = jio.export(value, tmp_path / f"ck{SUFFIX[fmt]}")
+    given: list[np.ndarray] = []
+    real = _jax_private.put_on_default_device
+
+    def spy(arrays: list[Any]) -> Any:
+        given.extend(arrays)
+        return real(arrays)
+
+    monkeypatch.setattr(_decode, "put_on_default_device", spy)
+    back = jio.load(path)
+    assert len(given) == 10
+    placed = sorted((back[f"a{i}"] for i in range(10)), key=lambda a: a.size)
+    for host, arr in zip(sorted(given, key=lambda a: a.size), placed, strict=True):
+        assert arr.unsafe_buffer_pointer() == host.ctypes.data  # adopted, not copied
+    archive = path / "arrays.npz" if fmt == "directory" else path
+    host = back["h"]
+    assert host.tolist() == list(range(5)) and host.ctypes.data % 64 == 0
+    root: Any = host
+    while getattr(root, "base", None) is not None:
+        root = root.base
+    assert memoryview(root).nbytes <= archive.stat().st_size + 64 * 12
+
+
 def test_batched_placement_follows_the_default_device(tmp_path: Path) -> None:
     """Under ``jax.default_device``, every small array lands where jax.device_put puts it,
     uncommitted, as a plain load of one array does."""

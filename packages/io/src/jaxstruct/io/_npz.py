@@ -99,6 +99,8 @@ class NpzCheckpoint(OpenedCheckpoint):
         self.manifest = manifest
         self.extra = extra  # members that are not arrays (a legacy zip's manifest)
         self.container = container  # arrays.npz inside a zip, for verify()
+        self._arena: memoryview | None = None  # see _small_buffer
+        self._arena_used = 0
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -228,10 +230,28 @@ class NpzCheckpoint(OpenedCheckpoint):
                 f"{self.where}: member {name!r}: CRC mismatch: the data is corrupt"
             )
         # Copied into an aligned buffer, as every array a load returns (JAX adopts it).
-        buf = aligned_empty(nbytes)
-        buf[:] = np.frombuffer(raw, np.uint8, nbytes, len(header))
-        arr = buf.view(stored).reshape(shape)
+        arena, at = self._small_buffer(nbytes)
+        arena[at : at + nbytes] = raw[len(header) :]
+        arr = np.frombuffer(arena, stored, nbytes // stored.itemsize, at).reshape(shape)
         return arr.view(dtype) if stored != dtype else arr
+
+    def _small_buffer(self, nbytes: int) -> tuple[memoryview, int]:
+        """A 64-byte aligned place for ``nbytes`` of a member held in the index's memory:
+        ``(buffer, offset)`` in one buffer all such members of this checkpoint share.
+
+        Only a whole archive of at most 64 KiB is held in memory, so the buffer is at
+        most that archive's size plus 64 bytes per member; one aligned allocation
+        instead of one per array (finding an address through ``ndarray.ctypes`` costs
+        more than copying a small array).
+        """
+        at = self._arena_used
+        if self._arena is None or at + nbytes > len(self._arena):
+            data = self.index.data
+            room = (len(data) if data is not None else 0) + 64 * len(self.index.entries)
+            self._arena = memoryview(aligned_empty(max(room, nbytes)))  # pyright: ignore[reportArgumentType]
+            at = 0
+        self._arena_used = -(-(at + nbytes) // 64) * 64
+        return self._arena, at
 
     def read_one(
         self,
