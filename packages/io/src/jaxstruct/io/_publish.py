@@ -192,9 +192,9 @@ class Publication:
         if error is not None:
             raise error
 
-    def _via_sibling(self, manifest: bytes, arrays: Mapping[str, Any], compression: str) -> None:
-        """Write a temporary sibling, then swap it in so that a crash never loses the
-        checkpoint already at the path."""
+    def _local_sibling(self) -> Path:
+        """A new temporary sibling of the local target, its parents made, the debris of
+        finished writers swept, and what may not be replaced refused."""
         target: Path = self.target
         if not self.found:
             try:
@@ -204,7 +204,13 @@ class Publication:
         _fs.sweep_debris(target, self.found)
         if not self.found:  # a parked checkpoint may have been recovered
             self.found = self._refuse_existing()
-        tmp = _fs.temp_sibling(target)
+        return _fs.temp_sibling(target)
+
+    def _via_sibling(self, manifest: bytes, arrays: Mapping[str, Any], compression: str) -> None:
+        """Write a temporary sibling, then swap it in so that a crash never loses the
+        checkpoint already at the path."""
+        target: Path = self.target
+        tmp = self._local_sibling()
         old: Path | None = None
         moved = False  # whether tmp is in place (then nothing of it is left to remove)
         try:
@@ -399,16 +405,7 @@ class _LocalStaging:
         self.target: Path = publication.target
 
     def stage(self) -> str:
-        publication, target = self.publication, self.target
-        if not publication.found:
-            try:
-                _fs.make_parents(target.parent)
-            except OSError as err:
-                raise _fs.write_error(target, err) from err
-        _fs.sweep_debris(target, publication.found)
-        if not publication.found:  # a parked checkpoint may have been recovered
-            publication.found = publication._refuse_existing()
-        return _fs.temp_sibling(target).name
+        return self.publication._local_sibling().name
 
     def locate(self, name: str) -> Path:
         return self.target.with_name(name)

@@ -809,6 +809,12 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             jobs[key] = Job(store, tuple(shape), placement, view, units)
         return jobs, pace
 
+    def _read_failure(self, err: Exception) -> SerializationError:
+        """Our error for a failed read: a unit that fails its check names its array."""
+        if isinstance(err, ChecksumMismatch):
+            return _mismatch(self.where, err, self._name(err.key))
+        return _read_error(self.where, err)
+
     def _read_sharded(
         self, wanted: Mapping[str, Any], storage: Mapping[str, tuple[Any, np.dtype]]
     ) -> dict[str, Any]:
@@ -818,10 +824,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             return read_into_shards(*self._jobs(wanted, storage))
         except SerializationError:
             raise
-        except ChecksumMismatch as err:
-            raise _mismatch(self.where, err, self._name(err.key)) from None
         except Exception as err:
-            raise _read_error(self.where, err) from None
+            raise self._read_failure(err) from None
 
     def _read_units_on_host(
         self,
@@ -836,10 +840,8 @@ class _OrbaxCheckpoint(OpenedCheckpoint):
             hosts = read_into_host(jobs, pace)
         except SerializationError:
             raise
-        except ChecksumMismatch as err:
-            raise _mismatch(self.where, err, self._name(err.key)) from None
         except Exception as err:
-            raise _read_error(self.where, err) from None
+            raise self._read_failure(err) from None
         return {
             key: _from_storage(
                 hosts[key], self.layouts.get(key, {}), np.dtype(table[key][0]), placement
