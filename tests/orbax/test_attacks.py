@@ -22,6 +22,20 @@ ENV = {k: v for k, v in os.environ.items() if k != "JAXSTRUCT_IO_DISABLE_PLUGIN_
 TIMEOUT_S = 120
 
 
+def _run_script(script: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh Python (``sys.argv[1]`` is ``root``); it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(root)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def _value(who: int) -> dict[str, Any]:
     """Two arrays and a tag, all saying ``who``: a mix of two exports shows."""
     return {
@@ -329,15 +343,7 @@ def test_forked_children_get_our_error_for_orbax_and_use_the_other_formats(
     """Children forked after orbax ran (idle, and with a background orbax export in flight)
     get our error naming the fix for orbax instead of tensorstore's abort, export and load
     ``.zip`` checkpoints and exit 0 within the timeout; the parent's own exports complete."""
-    proc = subprocess.run(
-        [sys.executable, "-c", FORKER, str(tmp_path)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run_script(FORKER, tmp_path)
     # JAX saw the fork with its threads running (the situation this test is about).
     assert "os.fork() was called" in proc.stderr
     assert "aborting" not in proc.stderr
@@ -388,15 +394,7 @@ def test_fresh_process_forks_before_orbax_ran_and_imports_jax_under_two_exports(
 ) -> None:
     """A child forked (multiprocessing's fork start method) before the parent ran orbax uses
     it; two threads exporting at once while one of them imports jax both succeed."""
-    proc = subprocess.run(
-        [sys.executable, "-c", FRESH, str(tmp_path)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run_script(FRESH, tmp_path)
 
 
 # A parent forks one child per (step, path) that exports with format="orbax" and is
@@ -455,15 +453,7 @@ def test_a_killed_orbax_export_leaves_nothing_the_next_one_keeps(tmp_path: Path)
     """kill -9 of an orbax export at each step, to a new path and over a checkpoint: the
     path holds the old or the new checkpoint (or nothing, when new), and the next export
     there succeeds and removes everything the killed one left beside it."""
-    proc = subprocess.run(
-        [sys.executable, "-c", KILLED, str(tmp_path)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run_script(KILLED, tmp_path)
     for n, (step, existing, before, beside) in enumerate(json.loads(proc.stdout)):
         assert before in (("old", "new") if existing else (None, "new")), (step, before)
         assert beside == [f"ck{n}"], (step, existing, beside)
