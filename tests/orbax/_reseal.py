@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jaxstruct.orbax._format import _crc
+from jaxstruct.orbax._units import json_crc as _crc
 
 
 def reseal(path: Path) -> None:
