@@ -457,3 +457,25 @@ def test_a_killed_orbax_export_leaves_nothing_the_next_one_keeps(tmp_path: Path)
     for n, (step, existing, before, beside) in enumerate(json.loads(proc.stdout)):
         assert before in (("old", "new") if existing else (None, "new")), (step, before)
         assert beside == [f"ck{n}"], (step, existing, beside)
+
+
+def test_an_overwrite_swapping_the_checkpoint_while_it_is_opened_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever error reading a swapped checkpoint's items meets (a file gone, a size that
+    changed), the load says the checkpoint was replaced while read, and to load it again."""
+    from jaxstruct.orbax import _format
+
+    path = tmp_path / "ck"
+    jio.export(_value(1), path, format="orbax")
+    read_storage = _format.read_storage
+
+    def swapped_midway(p: Any, limits: Any, where: str) -> Any:
+        monkeypatch.setattr(_format, "read_storage", read_storage)
+        jio.export(_value(2), path, format="orbax", overwrite=True)
+        raise SerializationError(f"{where}: the jaxstruct storage item is missing")
+
+    monkeypatch.setattr(_format, "read_storage", swapped_midway)
+    with pytest.raises(SerializationError, match=r"replaced .* while it was being read"):
+        jio.load(path)
+    assert _whole(path) == 2

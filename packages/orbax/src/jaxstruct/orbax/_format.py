@@ -323,6 +323,15 @@ class OrbaxFormat(Format):
                 "midway, or is still running); load another one"
             )
         pinned = pin(p)  # before the first read: compared after the last one
+        try:
+            return self._open_pinned(p, pinned, limits, where)
+        except (SerializationError, OSError):
+            check_unchanged(p, pinned, where)  # it failed because an overwrite swapped it
+            raise
+
+    def _open_pinned(
+        self, p: Any, pinned: tuple[int, int, int] | None, limits: Limits, where: str
+    ) -> OpenedCheckpoint:
         file = p / MANIFEST_ITEM / MANIFEST_FILE
         if not file.exists() and _plain.is_plain(p):
             return _plain.PlainOrbaxCheckpoint(p, limits, where)
