@@ -59,6 +59,7 @@ from ._items import (
     make_checkpointer,
     make_handler,
     orbax_checkpoint,
+    read_item,
     read_records,
     read_storage,
     storage_form,
@@ -335,19 +336,9 @@ class OrbaxFormat(Format):
         file = p / MANIFEST_ITEM / MANIFEST_FILE
         if not file.exists() and _plain.is_plain(p):
             return _plain.PlainOrbaxCheckpoint(p, limits, where)
-        try:
-            size = file.stat().length
-        except FileNotFoundError:
-            raise SerializationError(f"{where}: the jaxstruct manifest item is missing") from None
-        if size > limits.max_manifest_bytes:
-            raise SerializationError(
-                f"{where}: the manifest is {size} bytes, more than max_manifest_bytes="
-                f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
-                "max_manifest_bytes="
-            )
-        manifest = file.read_bytes()
-        if len(manifest) != size:
-            raise SerializationError(f"{where}: the manifest changed while being read")
+        manifest = read_item(
+            file, limits, where, "the manifest", missing="the jaxstruct manifest item is missing"
+        )
         layouts, shardings, names, sums = read_storage(p, limits, where)
         check_unchanged(p, pinned, where)  # the two items may come from two exports
         if sums is None:  # a checkpoint of jaxstruct-orbax before 0.2: unchecked

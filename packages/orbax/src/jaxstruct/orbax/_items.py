@@ -29,6 +29,7 @@ __all__ = [
     "native_dtypes",
     "orbax_checkpoint",
     "process_options",
+    "read_item",
     "read_records",
     "read_storage",
     "storage_form",
@@ -132,27 +133,40 @@ def storage_form(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, d
     return stored, layouts
 
 
+def read_item(file: Any, limits: Limits, where: str, what: str, *, missing: str) -> bytes:
+    """The bytes of the JSON item ``file`` (``what`` in messages), refused above
+    ``max_manifest_bytes`` before it is read; ``missing`` says why its absence is wrong."""
+    try:
+        size = file.stat().length
+    except FileNotFoundError:
+        raise SerializationError(f"{where}: {missing}") from None
+    if size > limits.max_manifest_bytes:
+        raise SerializationError(
+            f"{where}: {what} is {size} bytes, more than max_manifest_bytes="
+            f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
+            "max_manifest_bytes="
+        )
+    data = file.read_bytes()
+    if len(data) != size:
+        raise SerializationError(f"{where}: {what} changed while being read")
+    return data
+
+
 def read_records(p: Any, processes: int, limits: Limits, where: str) -> dict[str, Units]:
     """Every process's checksum record, each checked against its own CRC-32, merged:
     ``array key -> units``. A missing record is a corrupt checkpoint."""
     out: dict[str, Units] = {}
     for i in range(processes):
         name = f"{RECORD_ITEM}{i}"
-        file = p / name / MANIFEST_FILE
-        try:
-            size = file.stat().length
-        except FileNotFoundError:
-            raise SerializationError(
-                f"{where}: the checksum record {name!r} (process {i} of {processes}) is "
-                "missing: the checkpoint is incomplete; restore it from a copy"
-            ) from None
-        if size > limits.max_manifest_bytes:
-            raise SerializationError(
-                f"{where}: the checksum record {name!r} is {size} bytes, more than "
-                f"max_manifest_bytes={limits.max_manifest_bytes}; if you trust this file, "
-                "pass a larger max_manifest_bytes="
-            )
-        document = parse_json(file.read_bytes(), where, f"checksum record {name!r}")
+        data = read_item(
+            p / name / MANIFEST_FILE,
+            limits,
+            where,
+            f"the checksum record {name!r}",
+            missing=f"the checksum record {name!r} (process {i} of {processes}) is "
+            "missing: the checkpoint is incomplete; restore it from a copy",
+        )
+        document = parse_json(data, where, f"checksum record {name!r}")
         for key, units in parse_record(document, i, where, name).items():
             out.setdefault(key, []).extend(units)
     return out
@@ -175,18 +189,14 @@ def read_storage(
     checkpoint written before checksums: its chunks carry none either).
 
     The item's own ``crc32`` is checked first, when it has one."""
-    file = p / STORAGE_ITEM / MANIFEST_FILE
-    try:
-        size = file.stat().length
-    except FileNotFoundError:
-        raise SerializationError(f"{where}: the jaxstruct storage item is missing") from None
-    if size > limits.max_manifest_bytes:
-        raise SerializationError(
-            f"{where}: the storage item is {size} bytes, more than max_manifest_bytes="
-            f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
-            "max_manifest_bytes="
-        )
-    document = parse_json(file.read_bytes(), where, "jaxstruct storage item")
+    data = read_item(
+        p / STORAGE_ITEM / MANIFEST_FILE,
+        limits,
+        where,
+        "the storage item",
+        missing="the jaxstruct storage item is missing",
+    )
+    document = parse_json(data, where, "jaxstruct storage item")
     sums = _checked_sums(document, where)
     layouts = document.get("arrays") if isinstance(document, dict) else None
     if document.get("version") != 1 if isinstance(document, dict) else True:
