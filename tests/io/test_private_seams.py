@@ -59,8 +59,14 @@ def test_the_placement_seam_matches_jax_device_put_or_answers_none(
                 reference.weak_type,
             )
             np.testing.assert_array_equal(arr, host)
+    # The lookups are made once per process: a JAX without them is one imported afresh.
     monkeypatch.delattr(pxla, "get_default_device")
+    _jax_private._batched_put.cache_clear()
     assert _jax_private.put_on_default_device(hosts) is None
     monkeypatch.undo()
     monkeypatch.delattr(xla_client, "batched_device_put")
+    _jax_private._batched_put.cache_clear()
     assert _jax_private.put_on_default_device(hosts) is None
+    monkeypatch.undo()
+    _jax_private._batched_put.cache_clear()
+    assert _jax_private.put_on_default_device(hosts) is not None

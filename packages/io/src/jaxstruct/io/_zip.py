@@ -698,9 +698,8 @@ def _simple_records(read: Any, file_size: int) -> list[_Record] | None:
     while pos < cd_size:
         if pos + _CENTRAL.size > cd_size:
             return None
-        fields = _CENTRAL.unpack_from(central, pos)
-        sig, needed, flags, method, crc, csize, size = (fields[i] for i in (0, 2, 3, 4, 7, 8, 9))
-        name_len, extra_len, comment_len, offset = fields[10], fields[11], fields[12], fields[16]
+        (sig, _, needed, flags, method, _, _, crc, csize, size, name_len, extra_len,
+         comment_len, _, _, _, offset) = _CENTRAL.unpack_from(central, pos)  # fmt: skip
         if (
             sig != 0x02014B50
             or (needed & 0xFF) > _ZIP_VERSION
