@@ -71,7 +71,9 @@ class _Placed:
 
     def __init__(self, index: tuple[tuple[int, int], ...], dtype: np.dtype) -> None:
         self.index = index
-        self.array = np.empty(tuple(b - a for a, b in index), dtype)
+        shape = tuple(b - a for a, b in index)
+        # 64-byte aligned, so that a CPU device adopts the buffer instead of copying it.
+        self.array = aligned_empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 def _rows_needed(index: tuple[tuple[int, int], ...]) -> tuple[int, int]:
