@@ -53,6 +53,20 @@ def flax_file(tmp_path: Path) -> tuple[Path, dict[str, jax.Array]]:
     return path, tensors
 
 
+@pytest.fixture
+def bytes_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the positioned reads made from here on (``os.preadv``), appended as made."""
+    read: list[int] = []
+    real = os.preadv
+
+    def counting(fd: int, buffers: list, offset: int) -> int:
+        read.append(sum(len(b) for b in buffers))
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    return read
+
+
 def _target(tensors: dict[str, Any], sharding: Any = None) -> Net:
     return Net(
         layers=[
@@ -201,41 +215,26 @@ def test_without_a_target_mesh_is_refused(flax_file) -> None:
         jio.load(path, mesh=mesh)
 
 
-def test_without_a_target_rename_and_select_apply_to_the_dict(flax_file, monkeypatch) -> None:
+def test_without_a_target_rename_and_select_apply_to_the_dict(flax_file, bytes_read) -> None:
     """rename= renames or drops the dict's keys; select= picks from the dict, and only the
     picked tensor is read; two tensors renamed alike are refused."""
     path, tensors = flax_file
     renamed = jio.load(path, rename=lambda n: None if "bias" in n else n.replace(".", "/"))
     assert sorted(renamed) == ["layers/0/kernel", "layers/1/kernel"]
-    read: list[int] = []
-    real = os.preadv
-
-    def counting(fd: int, buffers: list, offset: int) -> int:
-        read.append(sum(len(b) for b in buffers))
-        return real(fd, buffers, offset)
-
-    monkeypatch.setattr(os, "preadv", counting)
+    bytes_read.clear()
     got = jio.load(path, select=lambda d: d["layers.1.kernel"])
-    assert _bits(got) == _bits(tensors["layers.1.kernel"]) and sum(read) == 8 * 2 * 4
+    assert _bits(got) == _bits(tensors["layers.1.kernel"]) and sum(bytes_read) == 8 * 2 * 4
     with pytest.raises(SerializationError, match=r"both get the name 'w'; fix rename="):
         jio.load(path, rename=lambda n: "w")
 
 
-def test_select_reads_only_the_picked_leaves(flax_file, monkeypatch) -> None:
+def test_select_reads_only_the_picked_leaves(flax_file, bytes_read) -> None:
     """With ``select=``, only the picked leaves' tensors are read; unmatched others are fine."""
     path, tensors = flax_file
-    read: list[int] = []
-    real = os.preadv
-
-    def counting(fd: int, buffers: list, offset: int) -> int:
-        read.append(sum(len(b) for b in buffers))
-        return real(fd, buffers, offset)
-
-    monkeypatch.setattr(os, "preadv", counting)
     target = _target(tensors)
     got = jio.load(path, target=target, select=lambda n: n.layers[1].kernel)
     assert _bits(got) == _bits(tensors["layers.1.kernel"])
-    assert sum(read) == 8 * 2 * 4
+    assert sum(bytes_read) == 8 * 2 * 4
 
 
 def test_format_keyword_reads_a_file_without_the_suffix(tmp_path: Path) -> None:
