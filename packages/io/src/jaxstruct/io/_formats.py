@@ -292,11 +292,19 @@ class OpenedCheckpoint:
             everything it holds (a safetensors file is names and tensors), so that
             ``load(path)`` without ``target=`` may return them as a dict
             ``{name: array}``. Optional: by default such a load asks for a target.
+        arrays_checked: whether this opened file carries the format's own
+            checksums of every stored byte of every array, found intact, so that
+            every :meth:`read_arrays` checks what it reads. Only a format that
+            declares :attr:`Format.checks_arrays` sets it, from the file's own
+            marks; a checkpoint whose manifest says its format checks its arrays
+            is refused when its opened checkpoint does not say so. Optional: by
+            default ``False``.
     """
 
     manifest: bytes | None
     checksum_scheme: str = CHECKSUMS_NOT_STATED
     loads_flat: bool = False
+    arrays_checked: bool = False
 
     def tensors(self) -> dict[str, ArraySpec]:
         """The stored tensors of a checkpoint without a manifest: ``name -> ArraySpec``.
@@ -400,6 +408,14 @@ class Format:
         also_reads: other formats' names a manifest of this format's checkpoints
             may record as its ``container`` (a directory checkpoint zipped by hand
             is a zip checkpoint); default none.
+        checks_arrays: whether this format stores a checksum of every stored byte
+            of every array and checks it on every read (whole, ``select=``,
+            sharded), so that jaxstruct computes and checks none of its own for
+            it. Its opened checkpoints then say, file by file, whether the
+            checksums are there (:attr:`OpenedCheckpoint.arrays_checked`).
+            Default ``False``: jaxstruct checksums every array it hands to
+            :meth:`write` and checks every array :meth:`OpenedCheckpoint.read_arrays`
+            returns.
 
     Example:
         >>> import jaxstruct.io as jio
@@ -415,6 +431,7 @@ class Format:
     publishes_atomically: bool = False
     multiprocess: bool = False
     also_reads: tuple[str, ...] = ()
+    checks_arrays: bool = False
 
     def write(
         self,
