@@ -730,7 +730,7 @@ class Dropping(ZipFormat):
 
 @pytest.mark.parametrize(
     ("mode", "says"),
-    [("arrays", r"does not hold the arrays given"), ("manifest", r"value tree is not the one")],
+    [("arrays", r"does not hold the arrays given"), ("manifest", r"manifest is not the one given")],
 )
 def test_a_write_that_loses_what_it_was_given_keeps_the_previous_checkpoint(
     use: Callable[..., PluginRegistry], tmp_path: Path, mode: str, says: str

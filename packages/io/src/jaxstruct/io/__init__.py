@@ -36,7 +36,7 @@ from ._plugins import (
     register_codec,
     register_format,
 )
-from ._schema import Limits, parse_json
+from ._schema import Limits, manifest_from_json, parse_json, seal_manifest
 from ._state import from_state_dict, to_state_dict
 from ._targets import SavedSharding, saved_sharding
 from ._values import Codec
@@ -76,11 +76,13 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "manifest_from_json",
     "parse_json",
     "place",
     "register_codec",
     "register_format",
     "saved_sharding",
+    "seal_manifest",
     "sync_timeout",
     "to_state_dict",
     "walk",

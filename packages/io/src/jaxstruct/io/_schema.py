@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
+# zlib-ng's CRC-32 runs several times faster than zlib's.
+from zlib_ng.zlib_ng import crc32
+
 from . import _fs
 
 MiB = 1 << 20
@@ -172,7 +175,8 @@ def storage_dtype(dtype: np.dtype) -> np.dtype:
 
 
 #: The version of the checkpoint layout that this code writes (and the newest it reads).
-FORMAT_VERSION = 1
+#: Version 2 added the manifest's ``checksums`` section and its seal.
+FORMAT_VERSION = 2
 
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
@@ -205,18 +209,146 @@ def _node_encoder() -> Callable[[Any], str]:
     return lambda node: "".join(encode(node, 0))
 
 
-def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
-    """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
+#: The ``checksums`` section of a manifest whose format checks every stored byte itself
+#: (``Format.checks_arrays``); otherwise it holds jaxstruct's own CRC-32s (``_checksums``).
+BY_FORMAT: Mapping[str, Any] = {"by": "format"}
+
+# A manifest ends with its seal, the last member of its JSON object:
+# ``,"seal":"crc32:<8 hex digits>"}``, the CRC-32 of every byte before the comma. It is
+# written and checked here, whatever the format stores the manifest in, so a changed
+# byte of any manifest is found. A version-2 manifest without its seal (a flipped bit in
+# the seal itself) is refused, and so is a seal on a manifest that does not check.
+_SEAL = re.compile(rb',"seal":"crc32:([0-9a-f]{8})"\}\s*\Z')
+_SEAL_ROOM = 48  # the seal is 31 bytes as written; room for trailing whitespace
+_SEAL_VALUE = re.compile(r"crc32:[0-9a-f]{8}")
+
+
+def dump_manifest(
+    state: Mapping[str, Any], container: str, checksums: Mapping[str, Any] = BY_FORMAT
+) -> bytes:
+    """Serialise the JSON part of a state dict as sealed manifest bytes (one node per line).
+
+    ``checksums`` is the manifest's ``checksums`` section: :data:`BY_FORMAT`, or the
+    CRC-32s jaxstruct computed of every array (``_checksums.checksums_of``).
+    """
+    head = _head(state["version"], container, state["arrays"], checksums, state["manifest"])
+    return b'%s,"seal":"crc32:%08x"}\n' % (head, crc32(head))
+
+
+def _head(
+    version: Any, container: Any, arrays: Any, checksums: Any, manifest: Mapping[str, Any]
+) -> bytes:
+    """The manifest's bytes up to its seal: the one layout jaxstruct writes."""
     enc = _ENCODER.encode
-    manifest = state["manifest"]
     with _fs.paused():
         nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
-        text = (
-            f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
-            f'"container":{enc(container)},\n"arrays":{enc(state["arrays"])},\n'
-            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
+        return (
+            f'{{"format":{enc(MARKER)},"version":{enc(version)},'
+            f'"container":{enc(container)},\n"arrays":{enc(arrays)},\n'
+            f'"checksums":{enc(checksums)},\n'
+            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}'
+        ).encode("ascii")
+
+
+_DOCUMENT_KEYS = ("format", "version", "container", "arrays", "checksums", "manifest", "seal")
+
+
+def _head_of(document: Mapping[str, Any], what: str) -> bytes:
+    """The head of a manifest rebuilt from its parsed JSON (``document``)."""
+    manifest = document.get("manifest") if isinstance(document, Mapping) else None
+    if (
+        not isinstance(document, Mapping)
+        or set(document) - {"seal"} != set(_DOCUMENT_KEYS) - {"seal"}
+        or document.get("format") != MARKER
+        or not isinstance(manifest, Mapping)
+        or set(manifest) != {"root", "nodes"}
+        or not isinstance(manifest["nodes"], list)
+    ):
+        raise SerializationError(
+            f"{what}: expected a parsed jaxstruct manifest of format version 2 (keys "
+            f"{list(_DOCUMENT_KEYS)}); restore the checkpoint from a copy"
         )
-        return text.encode("ascii")
+    try:
+        return _head(
+            document["version"],
+            document["container"],
+            document["arrays"],
+            document["checksums"],
+            manifest,
+        )
+    except (TypeError, ValueError) as err:
+        raise SerializationError(f"{what}: the manifest cannot be written back ({err})") from None
+
+
+def manifest_from_json(document: Mapping[str, Any]) -> bytes:
+    """Return the exact manifest bytes export gave a format, from their parsed JSON.
+
+    For a format whose storage keeps the manifest as a JSON document it writes
+    out itself (orbax's JSON items), so the bytes ``write`` received are not the
+    bytes stored: ``OpenedCheckpoint.manifest = manifest_from_json(document)``
+    gives them back. The stored seal is kept as it is, so a document changed after
+    it was written still fails its check on load. A document of format version 1
+    (no seal) comes back as compact JSON.
+
+    Raises:
+        SerializationError: ``document`` is not a parsed jaxstruct manifest.
+
+    Example:
+        >>> import json, numpy as np
+        >>> from jaxstruct.io import to_state_dict
+        >>> written = dump_manifest(to_state_dict({"w": np.ones(2)}), "tar")
+        >>> manifest_from_json(json.loads(written)) == written
+        True
+    """
+    if isinstance(document, Mapping) and document.get("version") == 1:
+        return _ENCODER.encode(dict(document)).encode("ascii")
+    head = _head_of(document, "manifest_from_json()")
+    seal = document.get("seal")
+    if not isinstance(seal, str) or _SEAL_VALUE.fullmatch(seal) is None:
+        return head + b"}\n"  # no seal: refused as such when it is parsed
+    return b'%s,"seal":"%s"}\n' % (head, seal.encode("ascii"))
+
+
+def seal_manifest(document: Mapping[str, Any]) -> bytes:
+    """Return manifest bytes for ``document`` (parsed JSON, edited on purpose), sealed anew.
+
+    A checkpoint's manifest is sealed when it is written, and a load refuses a
+    manifest whose bytes no longer match their seal. After changing a manifest
+    deliberately (a hand-made migration), write back ``seal_manifest(edited)``;
+    its ``seal`` (and a directory checkpoint's ``checksum``) member is dropped.
+
+    Raises:
+        SerializationError: ``document`` is not a parsed jaxstruct manifest of
+            format version 2.
+
+    Example:
+        >>> import json, numpy as np
+        >>> from jaxstruct.io import to_state_dict
+        >>> top = json.loads(dump_manifest(to_state_dict({"w": np.ones(2)}), "zip"))
+        >>> top["container"] = "directory"
+        >>> parse_manifest(seal_manifest(top), "edited")["container"]
+        'directory'
+    """
+    if isinstance(document, Mapping):
+        document = {k: v for k, v in document.items() if k not in ("seal", "checksum")}
+    head = _head_of(document, "seal_manifest()")
+    return b'%s,"seal":"crc32:%08x"}\n' % (head, crc32(head))
+
+
+def _unsealed(data: bytes, where: str, *, check: bool = True) -> tuple[bytes, bool]:
+    """``data`` without its seal, checked (and whether it had one)."""
+    found = _SEAL.search(data, max(0, len(data) - _SEAL_ROOM))
+    if found is None:
+        return data, False
+    end = found.start()
+    stored, computed = int(found.group(1), 16), crc32(memoryview(data)[:end]) if check else 0
+    if check and stored != computed:
+        raise SerializationError(
+            f"{where}: the manifest does not match its seal (stored crc32 {stored:08x}, "
+            f"computed {computed:08x}): it was changed or damaged after jaxstruct wrote it; "
+            "restore the checkpoint from a copy"
+        )
+    return data[:end] + b"}", True
 
 
 _SCAN_CHUNK = 1 << 20  # about 16 MiB of temporaries per step
@@ -320,18 +452,60 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
         raise SerializationError(f"{where}: {what} is not valid JSON ({err})") from None
 
 
-def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
-    """Parse ``manifest.json`` bytes into the top-level dict, checking marker and version."""
-    value = parse_json(data, where, "manifest")
+def parse_manifest(data: bytes, where: str, *, check_seal: bool = True) -> dict[str, Any]:
+    """Parse manifest bytes into the top-level dict, checking seal, marker and version.
+
+    The seal is checked before anything is parsed (unless ``check_seal`` is false: to
+    recognise a damaged checkpoint of ours, which ``overwrite=True`` may replace); the
+    returned dict has no ``seal``. A version-1 manifest (written before seals and
+    checksums) has neither.
+    """
+    body, sealed = _unsealed(data, where, check=check_seal)
+    value = parse_json(body, where, "manifest")
     if not isinstance(value, dict) or value.get("format") != MARKER:
         raise SerializationError(f"{where}: not a jaxstruct manifest (no 'format': 'jaxstruct')")
-    check_version(value.get("version"), where)
+    version = value.get("version")
+    check_version(version, where)
+    if version >= 2 and not sealed and check_seal:
+        raise SerializationError(
+            f'{where}: the manifest has lost its seal (its last member, "seal", which '
+            f"every manifest of format version {version} ends with): the file was damaged "
+            "or edited after jaxstruct wrote it; restore the checkpoint from a copy"
+        )
     expected = {"format", "version", "container", "arrays", "manifest"}
+    if version >= 2:
+        expected.add("checksums")
     if set(value) != expected:
         raise SerializationError(
             f"{where}: manifest keys {sorted(value)} differ from the expected {sorted(expected)}"
         )
+    if version >= 2:
+        _check_checksums_section(value["checksums"], where)
     return value
+
+
+def _check_checksums_section(section: object, where: str) -> None:
+    """Refuse a ``checksums`` section that is neither :data:`BY_FORMAT` nor jaxstruct's."""
+    if isinstance(section, dict) and section == BY_FORMAT:
+        return
+    if (
+        isinstance(section, dict)
+        and set(section) == {"by", "piece", "crc32"}
+        and section["by"] == "jaxstruct"
+        and type(section["piece"]) is int
+        and section["piece"] in _PIECE_SIZES
+        and isinstance(section["crc32"], dict)
+        and all(type(v) is str for v in section["crc32"].values())
+    ):
+        return
+    raise SerializationError(
+        f"{where}: the manifest's 'checksums' section is malformed; restore the checkpoint "
+        "from a copy"
+    )
+
+
+#: The piece sizes a ``checksums`` section may name (4 KiB to 1 GiB, powers of two).
+_PIECE_SIZES = frozenset(1 << n for n in range(12, 31))
 
 
 def check_version(version: object, where: str) -> None:
