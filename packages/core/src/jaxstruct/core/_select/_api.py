@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._struct import install_selector
 from ._locate import locate
 from ._selection import Selection
 from ._tree import NO_VALUE, SelectionError, SelectionHole, T
@@ -94,5 +93,3 @@ def tree_at(
     by_path = dict(zip(paths, values, strict=True))
     return selection.apply(lambda p, _: by_path[p], with_keypath=True)
 
-
-install_selector(select)
