@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.io import _zip
 from jaxstruct.io._encode import encode_state
 from jaxstruct.io._inspect import verify_report
-from jaxstruct.io._schema import dump_manifest
+from jaxstruct.io._encode import dump_manifest
 from jaxstruct.registry import SerializationError
 
 SUFFIX = {"directory": "", "zip": ".zip"}
@@ -328,18 +328,18 @@ def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
     import gc
     import threading
 
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _process
 
     assert gc.isenabled()
     inside, leave = threading.Event(), threading.Event()
 
     def other() -> None:
-        with _fs.paused():
+        with _process.paused():
             inside.set()
             leave.wait(10)
 
     thread = threading.Thread(target=other)
-    with _fs.paused():
+    with _process.paused():
         thread.start()
         assert inside.wait(10)
     assert not gc.isenabled()  # the other thread's pause is still on
@@ -348,7 +348,7 @@ def test_overlapping_gc_pauses_restore_the_collector_once() -> None:
     assert gc.isenabled()
     gc.disable()
     try:
-        with _fs.paused():
+        with _process.paused():
             pass
         assert not gc.isenabled()  # off before, off after
     finally:
@@ -377,7 +377,9 @@ def test_gc_is_paused_for_the_parse_only(tmp_path: Path) -> None:
     from jaxstruct.io import _schema
 
     seen: list[bool] = []
-    path = jio.export({"a": np.arange(3.0), "b": [1, 2]}, tmp_path / "ck")
+    # A manifest of more than 64 KiB (a small one is parsed with the collector on: too few
+    # objects for it to run often).
+    path = jio.export({"a": np.arange(3.0), "b": list(range(10_000))}, tmp_path / "ck")
 
     def select(value: Any) -> Any:
         seen.append(gc.isenabled())

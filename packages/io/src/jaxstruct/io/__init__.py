@@ -1,7 +1,7 @@
 """Serialisation for jaxstruct: state dicts, directory bundles and zip archives."""
 
 from ._async import ExportHandle
-from ._checkpoint import export, load
+from ._export import export
 from ._formats import (
     ArraySpec,
     Format,
@@ -16,8 +16,8 @@ from ._formats import (
     place,
     walk,
 )
-from ._fs import CheckpointWriteError
 from ._inspect import CheckpointInfo, inspect
+from ._load import load
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._plain import join_path
@@ -36,6 +36,7 @@ from ._plugins import (
     register_codec,
     register_format,
 )
+from ._publish import CheckpointWriteError, flush_while_writing, make_durable
 from ._schema import Limits, parse_json
 from ._state import from_state_dict, to_state_dict
 from ._targets import SavedSharding, saved_sharding
@@ -69,6 +70,7 @@ __all__ = [
     "current_registry",
     "empty_array",
     "export",
+    "flush_while_writing",
     "from_state_dict",
     "hookimpl",
     "host_array",
@@ -76,6 +78,7 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "make_durable",
     "parse_json",
     "place",
     "register_codec",

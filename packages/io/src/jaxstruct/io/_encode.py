@@ -1,4 +1,5 @@
-"""Turning a value into a state dict: a post-order node table plus the arrays it references."""
+"""Turning a value into a manifest: a post-order node table plus the arrays it references,
+the dtype names of those arrays, and the manifest's JSON text."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import base64
 import enum
 import functools
 import inspect
+import json
 import math
 import operator
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,69 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from . import _fs
-from ._nodes import PATH_TYPES, SEQUENCES
+from . import _process
+from ._nodes import (
+    ARRAY,
+    BOOL,
+    BYTES,
+    CALLABLE,
+    CLASS,
+    CODEC,
+    COMPLEX,
+    DICT,
+    ENUM,
+    FLOAT,
+    INT,
+    JAXARRAY,
+    MAPPING,
+    NAMEDTUPLE,
+    NONE,
+    NPSCALAR,
+    PATH,
+    PATH_TYPES,
+    PRNGKEY,
+    PYTREE,
+    SCALARTYPE,
+    SEQUENCES,
+    STR,
+    STRUCT,
+)
 from ._plugins import current_registry
-from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, clip, dtype_name
-from ._values import flatten_named, known_mapping_ref, struct_fields
+from ._schema import DEFAULT_LIMITS, FORMAT_VERSION, MARKER, ML_NAMES, NUMPY_STR, clip
+from ._values import flatten_named, known_mapping_ref
+
+_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
+
+
+def dtype_name(dtype: np.dtype, where: object) -> str:
+    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
+    found = _NAMES.get(dtype)
+    if found is not None:
+        return found
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise SerializationError(
+            f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
+            "fields and has no exact pickle-free form; convert it to a plain numeric, bool, "
+            "bytes or str dtype first"
+        )
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        if dtype.name not in ML_NAMES:
+            raise SerializationError(
+                f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
+                f"supported; supported extension dtypes are {sorted(ML_NAMES)}"
+            )
+        name = dtype.name
+    else:
+        name = dtype.str
+        if not NUMPY_STR.match(name):
+            raise SerializationError(
+                f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is "
+                "not supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
+            )
+    if len(_NAMES) < 1024:
+        _NAMES[dtype] = name
+    return name
+
 
 _SAFE_INT = 1 << 53
 #: The tag of each sequence type.
@@ -116,10 +176,10 @@ class _Encoder:
         ):
             # A typed PRNG key: store its raw key data and the name of its implementation.
             impl = str(jax.random.key_impl(value))
-            node = self._array(jax.random.key_data(value), path, "prngkey")
+            node = self._array(jax.random.key_data(value), path, PRNGKEY)
             node.append(impl)
             return node
-        node = self._array(value, path, "jaxarray")
+        node = self._array(value, path, JAXARRAY)
         if getattr(value, "weak_type", False):
             # A weakly typed scalar (jnp.asarray(0.1)) must come back weak: jit's
             # cache key includes it, so a strong one would retrace after loading.
@@ -170,40 +230,40 @@ class _Encoder:
     def _leaf(self, value: Any, path: _Path) -> list[Any] | None:
         cls = type(value)
         if value is None:
-            return ["none"]
+            return [NONE]
         if cls is bool:
-            return ["bool", value]
+            return [BOOL, value]
         if cls is int:
-            return ["int", value if -_SAFE_INT < value < _SAFE_INT else hex(value)]
+            return [INT, value if -_SAFE_INT < value < _SAFE_INT else hex(value)]
         if cls is float:
-            return ["float", encode_float(value)]
+            return [FLOAT, encode_float(value)]
         if cls is complex:
-            return ["complex", encode_float(value.real), encode_float(value.imag)]
+            return [COMPLEX, encode_float(value.real), encode_float(value.imag)]
         if cls is str:
-            return ["str", value]
+            return [STR, value]
         if cls is bytes:
-            return ["bytes", base64.b64encode(value).decode("ascii")]
+            return [BYTES, base64.b64encode(value).decode("ascii")]
         if cls is np.ndarray:
-            return self._array(value, path, "array")
+            return self._array(value, path, ARRAY)
         if isinstance(value, np.generic):
             dtype = value.dtype
-            return ["npscalar", dtype_name(dtype, path), value.tobytes().hex()]
+            return [NPSCALAR, dtype_name(dtype, path), value.tobytes().hex()]
         # Not imported, or being imported by another thread (no ``Array`` yet): then no
         # value is a JAX array.
         array_type = getattr(sys.modules.get("jax"), "Array", None)
         if array_type is not None and isinstance(value, array_type):
             return self._jax_array(value, path)
         if isinstance(value, enum.Enum):
-            return ["enum", _remember_class(cls), _member_name(value, path)]
+            return [ENUM, _remember_class(cls), _member_name(value, path)]
         if PATH_TYPES.get(cls.__name__) is cls:
-            return ["path", cls.__name__, str(value)]
+            return [PATH, cls.__name__, str(value)]
         if isinstance(value, type):
             scalar = _scalar_type(value)
             if scalar is not None or _ancestor(path, "foreign") is None:
                 return scalar
             # A class in another library's static data (an NNX optimizer's wrt=nnx.Param):
             # stored by reference, found on load by the rules for the classes of nodes.
-            return ["class", _class_ref_or_error(value, path)]
+            return [CLASS, _class_ref_or_error(value, path)]
         return None
 
     def _container(
@@ -219,13 +279,13 @@ class _Encoder:
             for k, v in value.items():
                 pairs.append((k, _Path(path, "key", k)))
                 pairs.append((v, _Path(path, "item", k)))
-            return (lambda ch: ["dict", ch]), pairs
+            return (lambda ch: [DICT, ch]), pairs
         if isinstance(value, tuple) and hasattr(cls, "_fields"):
             ref = _remember_class(cls)
             items = [
                 (v, _Path(path, "attr", name)) for name, v in zip(cls._fields, value, strict=False)
             ]
-            return (lambda ch: ["namedtuple", ref, ch]), items
+            return (lambda ch: [NAMEDTUPLE, ref, ch]), items
         if is_registered_pytree_type(cls):
             return self._pytree(value, path)
         codec = current_registry().codec_for_type(cls)
@@ -238,15 +298,13 @@ class _Encoder:
                     f"{codec.name!r} failed ({type(err).__name__}: {err})"
                 ) from err
             name = codec.name
-            return (lambda ch: ["codec", name, ch[0]]), [
-                (stored, _Path(path, "text", f".<{name}>"))
-            ]
+            return (lambda ch: [CODEC, name, ch[0]]), [(stored, _Path(path, "text", f".<{name}>"))]
         foreign = flatten_named(value)
         if foreign is not None:
             return self._foreign(value, path, *foreign)
         ref = known_mapping_ref(cls)
         if ref is not None:  # flax NNX keeps one in a module's static data
-            return (lambda ch: ["mapping", ref, ch[0]]), [
+            return (lambda ch: [MAPPING, ref, ch[0]]), [
                 (dict(value), _Path(path, "text", ".<items>"))
             ]
         if (
@@ -256,7 +314,7 @@ class _Encoder:
         ):  # a function (or a wrapped one), which checkpoints never store
             if _ancestor(path, "foreign") is not None:
                 name = _code_name(value)
-                return (lambda ch: ["callable", name]), []
+                return (lambda ch: [CALLABLE, name]), []
             raise _code_error(value, path)
         raise SerializationError(
             f"cannot export the value at {path}: type {cls.__module__}.{cls.__qualname__} is not "
@@ -277,8 +335,8 @@ class _Encoder:
             (c, _Path(path, "foreign", f".{step}")) for c, step in zip(children, steps, strict=True)
         ]
         if names is None:
-            return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:]]), items
-        return (lambda ch: ["pytree", ref, "j", ch[0], ch[1:], names]), items
+            return (lambda ch: [PYTREE, ref, "j", ch[0], ch[1:]]), items
+        return (lambda ch: [PYTREE, ref, "j", ch[0], ch[1:], names]), items
 
     def _pytree(
         self, value: Any, path: _Path
@@ -286,8 +344,8 @@ class _Encoder:
         cls = type(value)
         spec = resolve_pytree_spec(cls)
         ref = class_ref(cls)
-        if spec.kind == "struct":
-            stored = [f for f in struct_fields(cls) if f.should_serialize]
+        if spec.kind == "struct":  # (the registry's kind of class, not a node tag)
+            stored = [f for f in _struct_fields(cls) if f.should_serialize]
             names = [f.name for f in stored]
             # One letter per field: n(ode), s(tatic) or o(paque), for readers such
             # as ``jaxstruct inspect`` that never import the class.
@@ -301,7 +359,7 @@ class _Encoder:
             items = [(getattr(value, n), _Path(path, "field", n)) for n in names]
 
             def finish_struct(ch: list[int]) -> list[Any]:
-                return ["struct", ref, version, dict(zip(names, ch, strict=True)), kinds]
+                return [STRUCT, ref, version, dict(zip(names, ch, strict=True)), kinds]
 
             return finish_struct, items
         try:
@@ -318,7 +376,7 @@ class _Encoder:
             ) from err
         items = [(payload, _Path(path, "text", ".<payload>"))]
         items += [(c, _Path(path, "text", f".<child {i}>")) for i, c in enumerate(children)]
-        return (lambda ch: ["pytree", ref, mode, ch[0], ch[1:]]), items
+        return (lambda ch: [PYTREE, ref, mode, ch[0], ch[1:]]), items
 
 
 def _scalar_type(cls: type) -> list[Any] | None:
@@ -328,7 +386,7 @@ def _scalar_type(cls: type) -> list[Any] | None:
     if isinstance(dtype, np.dtype):  # jax.numpy's scalar types carry their dtype
         jnp = sys.modules.get("jax.numpy")
         if jnp is not None and getattr(jnp, dtype.name, None) is cls:
-            return ["scalartype", "jax", dtype.name]
+            return [SCALARTYPE, "jax", dtype.name]
         return None
     if issubclass(cls, np.generic) and cls not in (np.generic, np.object_):
         try:
@@ -336,7 +394,7 @@ def _scalar_type(cls: type) -> list[Any] | None:
         except TypeError:
             return None
         if getattr(np, name, None) is cls:
-            return ["scalartype", "numpy", name]
+            return [SCALARTYPE, "numpy", name]
     return None
 
 
@@ -400,7 +458,7 @@ def encode_state(obj: Any) -> dict[str, Any]:
     encoder = _Encoder()
     # The walk allocates many small lists that are never cyclic; pausing the
     # cyclic collector keeps its full scans from making deep trees quadratic.
-    with _fs.paused():
+    with _process.paused():
         root = encoder.run(obj)
     return {
         "version": FORMAT_VERSION,
@@ -408,3 +466,57 @@ def encode_state(obj: Any) -> dict[str, Any]:
         "arrays": encoder.meta,
         "array_data": encoder.data,
     }
+
+
+def _struct_fields(cls: type) -> list[Any]:
+    """The ``FieldSpec`` objects of a Struct class, in declaration order."""
+    import jaxstruct.core as js
+
+    return list(js.fields(cls).values())
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+def _node_encoder() -> Callable[[Any], str]:
+    """Return a function giving the compact JSON text of one node."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - Python builds without the _json accelerator
+        return _ENCODER.encode
+    try:
+        # markers=None: no cycle check (nodes are fresh lists of scalars and lists).
+        encode = make(
+            None,
+            _ENCODER.default,
+            json.encoder.encode_basestring_ascii,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            False,
+        )
+    except TypeError:  # pragma: no cover - a future signature: use the plain encoder
+        return _ENCODER.encode
+    return lambda node: "".join(encode(node, 0))
+
+
+def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
+    """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
+    enc = _ENCODER.encode
+    manifest = state["manifest"]
+    with _process.paused():
+        nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
+        text = (
+            f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
+            f'"container":{enc(container)},\n"arrays":{enc(state["arrays"])},\n'
+            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
+        )
+        return text.encode("ascii")
+
+
+def encode(obj: Any, container: str) -> tuple[bytes, dict[str, Any]]:
+    """Encode ``obj`` for a checkpoint of the format ``container``: the manifest's bytes, and
+    its arrays by key (as the user holds them: NumPy arrays, ``jax.Array`` values)."""
+    state = encode_state(obj)
+    return dump_manifest(state, container), state["array_data"]

@@ -1,4 +1,7 @@
-"""The manifest's schema: format version, dtype names, reader limits, JSON parse and checks."""
+"""The manifest's schema, read: format version, dtype names, reader limits, JSON parse and checks.
+
+(How a value becomes a manifest, dtype names and JSON text included, is ``_encode``'s.)
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,12 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from . import _fs
+from . import _process
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -64,7 +66,7 @@ def limits_from_kwargs(function: str, kwargs: dict[str, Any]) -> Limits:
 
 
 # Only names listed here are ever looked up on the ml_dtypes module.
-_ML_NAMES = frozenset(
+ML_NAMES = frozenset(
     {
         "bfloat16",
         "float4_e2m1fn",
@@ -86,45 +88,14 @@ _ML_NAMES = frozenset(
         "uint4",
     }
 )
-_NUMPY_STR = re.compile(
+NUMPY_STR = re.compile(
     r"^[<>|][biufc][1-9][0-9]?$"
     r"|^[<>|][SUV][0-9]{1,9}$"
     r"|^[<>|][mM]8(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$"
 )
 
 
-_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
 _PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
-
-
-def dtype_name(dtype: np.dtype, where: object) -> str:
-    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
-    found = _NAMES.get(dtype)
-    if found is not None:
-        return found
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise SerializationError(
-            f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
-            "fields and has no exact pickle-free form; convert it to a plain numeric, bool, "
-            "bytes or str dtype first"
-        )
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        if dtype.name not in _ML_NAMES:
-            raise SerializationError(
-                f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
-                f"supported; supported extension dtypes are {sorted(_ML_NAMES)}"
-            )
-        name = dtype.name
-    else:
-        name = dtype.str
-        if not _NUMPY_STR.match(name):
-            raise SerializationError(
-                f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is "
-                "not supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
-            )
-    if len(_NAMES) < 1024:
-        _NAMES[dtype] = name
-    return name
 
 
 def parse_dtype(name: object, where: str) -> np.dtype:
@@ -136,7 +107,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     found = _PARSED.get(name)
     if found is not None:
         return found
-    if name in _ML_NAMES:
+    if name in ML_NAMES:
         try:
             import ml_dtypes
         except ImportError:  # pragma: no cover - ml_dtypes ships with jax
@@ -151,7 +122,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
             )
         dtype = np.dtype(scalar)
     else:
-        if not _NUMPY_STR.match(name):
+        if not NUMPY_STR.match(name):
             raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
         try:
             dtype = np.dtype(name)
@@ -164,59 +135,12 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     return dtype
 
 
-def storage_dtype(dtype: np.dtype) -> np.dtype:
-    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        return np.dtype(f"<u{dtype.itemsize}")
-    return dtype
-
-
 #: The version of the checkpoint layout that this code writes (and the newest it reads).
 FORMAT_VERSION = 1
 
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 _MAX_NDIM = 64
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-
-
-def _node_encoder() -> Callable[[Any], str]:
-    """Return a function giving the compact JSON text of one node."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - Python builds without the _json accelerator
-        return _ENCODER.encode
-    try:
-        # markers=None: no cycle check (nodes are fresh lists of scalars and lists).
-        encode = make(
-            None,
-            _ENCODER.default,
-            json.encoder.encode_basestring_ascii,
-            None,
-            ":",
-            ",",
-            False,
-            False,
-            False,
-        )
-    except TypeError:  # pragma: no cover - a future signature: use the plain encoder
-        return _ENCODER.encode
-    return lambda node: "".join(encode(node, 0))
-
-
-def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
-    """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
-    enc = _ENCODER.encode
-    manifest = state["manifest"]
-    with _fs.paused():
-        nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
-        text = (
-            f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
-            f'"container":{enc(container)},\n"arrays":{enc(state["arrays"])},\n'
-            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
-        )
-        return text.encode("ascii")
 
 
 _SCAN_CHUNK = 1 << 20  # about 16 MiB of temporaries per step
@@ -259,6 +183,10 @@ def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
                     "trust this file, pass a larger max_nodes="
                 )
         depth = int(level[-1]) if len(level) else depth
+
+
+#: Documents of at least this many characters are parsed with the cyclic collector paused.
+_PAUSE_FROM = 1 << 16
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -308,9 +236,11 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
     except UnicodeDecodeError:
         raise SerializationError(f"{where}: {what} is not UTF-8 text") from None
     try:
+        if len(text) < _PAUSE_FROM:  # too few objects for the collector to run often
+            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
         # A few objects per node, none cyclic: the collector's passes over the
         # 100,000 nodes of as many arrays would cost more than building them.
-        with _fs.paused():
+        with _process.paused():
             return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
         raise SerializationError(f"{where}: malformed {what}: {err}") from None
