@@ -91,6 +91,17 @@ def check_written(fmt: Format, at: Path, manifest: bytes, *, replacing: bool) ->
     """
     who = f"the {fmt.name!r} format ({source_of(fmt)})"
     where = repr(str(at))
+    try:
+        _check_written(fmt, at, manifest, replacing=replacing, where=where, who=who)
+    except OSError as err:  # reading it back failed: unchecked, it is not published
+        raise SerializationError(
+            f"{where}: what {who} wrote could not be checked ({err}); nothing was replaced"
+        ) from err
+
+
+def _check_written(
+    fmt: Format, at: Path, manifest: bytes, *, replacing: bool, where: str, who: str
+) -> None:
     kept = "; nothing was replaced"
     try:
         mode = os.lstat(at).st_mode

@@ -988,6 +988,9 @@ class _LocalStaging:
         old: Path | None = None
         moved = False
         try:
+            # A self-publishing format committed it in its own way; made durable here
+            # all the same, as every format's output is, before it is renamed into place.
+            make_durable(staged)
             old = self.publication._swap_in(staged)
             moved = True
             fsync_dir(self.target.parent)
