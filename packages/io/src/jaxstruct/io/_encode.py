@@ -513,10 +513,3 @@ def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
             f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
         )
         return text.encode("ascii")
-
-
-def encode(obj: Any, container: str) -> tuple[bytes, dict[str, Any]]:
-    """Encode ``obj`` for a checkpoint of the format ``container``: the manifest's bytes, and
-    its arrays by key (as the user holds them: NumPy arrays, ``jax.Array`` values)."""
-    state = encode_state(obj)
-    return dump_manifest(state, container), state["array_data"]

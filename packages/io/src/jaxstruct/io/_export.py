@@ -20,7 +20,7 @@ from jaxstruct.registry import SerializationError
 from . import _async
 from ._async import ExportHandle
 from ._contract import check_written
-from ._encode import encode
+from ._encode import dump_manifest, encode_state
 from ._formats import Format, PendingWrite
 from ._plugins import current_registry
 from ._publish import Publication, step
@@ -127,6 +127,7 @@ def export(
 
     Example:
         >>> import tempfile, numpy as np
+        >>> from jaxstruct.io import load
         >>> target = Path(tempfile.mkdtemp()) / "ckpt.zip"
         >>> export({"w": np.ones(2)}, target).name
         'ckpt.zip'
@@ -218,7 +219,9 @@ def suffix_hint(registry: Any) -> str:
 def encode_value(obj: Any, publication: Publication) -> tuple[bytes, dict[str, Any]]:
     """The manifest and the arrays of ``obj``, all encoded before the disk is touched: a
     value that cannot be represented fails here, and nothing is written."""
-    manifest, arrays = encode(obj, publication.fmt.name)
+    state = encode_state(obj)
+    manifest = dump_manifest(state, publication.fmt.name)
+    arrays: dict[str, Any] = state["array_data"]
     publication.refuse_unheld(arrays)
     step("encoded")
     return manifest, arrays

@@ -110,6 +110,7 @@ def load(
 
     Example:
         >>> import tempfile
+        >>> from jaxstruct.io import export
         >>> target = Path(tempfile.mkdtemp()) / "ckpt"
         >>> _ = export({"step": 3}, target)
         >>> load(target)

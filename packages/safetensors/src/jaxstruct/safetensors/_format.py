@@ -206,7 +206,7 @@ class SafetensorsFormat(Format):
         file = open(path, "rb")  # noqa: SIM115 - open until the checkpoint is closed
         try:
             header = read_header(file, limits, where)
-            checksums = _checksums(header, where)
+            checksums = _file_checksums(header, where)
             stored = _stored_table(header, where) if MANIFEST_KEY in header.metadata else None
         except BaseException:
             file.close()
@@ -216,7 +216,7 @@ class SafetensorsFormat(Format):
         return _CheckedOpened(file, header, stored, where, checksums)
 
 
-def _checksums(header: Header, where: str) -> Checksums | None:
+def _file_checksums(header: Header, where: str) -> Checksums | None:
     """The file's checksums, the header's own checked; ``None`` when it has none (a file
     another tool wrote, or jaxstruct-safetensors before 0.2)."""
     text = header.metadata.get(CHECKSUMS_KEY)
