@@ -50,7 +50,7 @@ def tree_at(
     """Return ``tree`` with the node(s) picked by ``where`` replaced (equinox's ``tree_at``).
 
     ``where(tree)`` returns one node or a tuple of nodes (see
-    :meth:`Selection.at`). Give exactly one of ``replace`` (a value; one per
+    ``Selection.at``). Give exactly one of ``replace`` (a value; one per
     node, in ``where``'s order, when it returns several) or ``replace_fn``
     (applied to each node). Struct fields replaced as a whole are re-converted
     by their converter; nothing else of the user's runs.
