@@ -355,9 +355,8 @@ def test_array_paths_name_arrays_by_tree_path_with_escaping() -> None:
 
 def test_array_paths_are_the_same_on_read(tmp_path: Path) -> None:
     """A format gets the same paths back from the manifest bytes it stored."""
+    from jaxstruct.io._encode import dump_manifest, encode_state
     from jaxstruct.io._load import open_checkpoint
-    from jaxstruct.io._encode import encode_state
-    from jaxstruct.io._encode import dump_manifest
 
     value = {"opt": {"mu": np.ones(2)}, "w": np.zeros(3)}
     written = array_paths(dump_manifest(encode_state(value), "zip"))

@@ -24,9 +24,8 @@ import pytest
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.io import _zip
-from jaxstruct.io._encode import encode_state
+from jaxstruct.io._encode import dump_manifest, encode_state
 from jaxstruct.io._inspect import verify_report
-from jaxstruct.io._encode import dump_manifest
 from jaxstruct.registry import SerializationError
 
 SUFFIX = {"directory": "", "zip": ".zip"}

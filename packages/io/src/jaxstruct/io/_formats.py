@@ -486,7 +486,9 @@ class Format:
         Write only under ``target``. ``export`` makes it durable
         (:func:`jaxstruct.io.make_durable`) before it renames it into place, so
         ``write`` fsyncs nothing (a format that :attr:`publishes_atomically` makes
-        its own commit durable). ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
+        its own commit durable).
+
+        ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
         user holds them (possibly sharded); write them shard by shard
         (:func:`host_pieces`), never gathering a sharded array into one buffer.
         The keys are opaque; :func:`jaxstruct.io.array_paths` of ``manifest``

@@ -620,9 +620,16 @@ def local_paths_only(where: str, fmt: Format) -> SerializationError:
 
 
 def _several_processes() -> bool:
-    """Whether this is a multi-process JAX run (no, when JAX is not even imported)."""
-    jax = sys.modules.get("jax")
-    return jax is not None and jax.process_count() > 1
+    """Whether this is a multi-process JAX run (no, when JAX is not even imported).
+
+    (``_multihost.process_count`` asks the same; asked here, a single-process export
+    never enters ``_multihost``, which only the routes of several processes need.)
+    """
+    if "jax" not in sys.modules:
+        return False
+    import jax  # (being imported by another thread: waits for it, as an import does)
+
+    return jax.process_count() > 1
 
 
 class Publication:

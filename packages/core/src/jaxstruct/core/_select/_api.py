@@ -92,4 +92,3 @@ def tree_at(
         )
     by_path = dict(zip(paths, values, strict=True))
     return selection.apply(lambda p, _: by_path[p], with_keypath=True)
-
