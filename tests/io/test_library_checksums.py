@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxstruct.io import _checksums, to_state_dict
-from jaxstruct.io._schema import dump_manifest, parse_manifest
+from jaxstruct.io._encode import dump_manifest
+from jaxstruct.io._schema import parse_manifest
 from jaxstruct.registry import SerializationError
 
 

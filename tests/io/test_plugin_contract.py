@@ -355,9 +355,8 @@ def test_array_paths_name_arrays_by_tree_path_with_escaping() -> None:
 
 def test_array_paths_are_the_same_on_read(tmp_path: Path) -> None:
     """A format gets the same paths back from the manifest bytes it stored."""
-    from jaxstruct.io._detect import open_checkpoint
-    from jaxstruct.io._encode import encode_state
-    from jaxstruct.io._schema import dump_manifest
+    from jaxstruct.io._encode import dump_manifest, encode_state
+    from jaxstruct.io._load import open_checkpoint
 
     value = {"opt": {"mu": np.ones(2)}, "w": np.zeros(3)}
     written = array_paths(dump_manifest(encode_state(value), "zip"))
@@ -445,7 +444,7 @@ def test_empty_array_is_aligned_in_either_order() -> None:
 def test_tar_example_reads_into_aligned_buffers(tmp_path: Path) -> None:
     """The tar example returns 64-byte aligned host arrays (it used to give offsets of 16, 32
     and 48 bytes mod 64), Fortran order included."""
-    from jaxstruct.io._detect import open_checkpoint
+    from jaxstruct.io._load import open_checkpoint
 
     value = {f"a{i}": np.arange(i + 1, dtype=np.int8) for i in range(8)}
     value["f"] = np.asfortranarray(np.arange(6.0).reshape(2, 3))

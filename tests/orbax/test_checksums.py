@@ -305,7 +305,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     path, step = sys.argv[1], sys.argv[2]
     jio.export({"w": np.full(1 << 14, 1.0), "tag": "old"}, path, format="orbax")
@@ -315,7 +315,7 @@ KILLER = textwrap.dedent(
         def hook(name):
             if name == step:
                 os.kill(os.getpid(), signal.SIGKILL)
-        _fs.STEP_HOOK = hook
+        _publish.STEP_HOOK = hook
         jio.export({"w": np.full(1 << 14, 2.0), "tag": "new"}, path, format="orbax",
                    overwrite=True)
         os._exit(0)

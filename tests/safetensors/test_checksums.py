@@ -195,7 +195,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
     from jaxstruct.safetensors import _write
 
     path, step, writer = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -208,7 +208,7 @@ KILLER = textwrap.dedent(
         def hook(name):
             if name == step:
                 os.kill(os.getpid(), signal.SIGKILL)
-        _fs.STEP_HOOK = hook
+        _publish.STEP_HOOK = hook
         jio.export({"w": np.full(1 << 16, 2.0), "tag": "new"}, path, overwrite=True)
         os._exit(0)
     _, status = os.waitpid(pid, 0)

@@ -369,10 +369,11 @@ def test_a_big_file_is_flushed_while_it_is_written(
     import os
     import threading
 
+    from jaxstruct.io import _publish
     from jaxstruct.safetensors import _write
 
     monkeypatch.setattr(_write, "COPY_BUDGET", budget)
-    monkeypatch.setattr(_write, "FLUSH_EVERY_S", 0.0)
+    monkeypatch.setattr(_publish, "FLUSH_EVERY_S", 0.0)
     flushed: list[int] = []  # inodes flushed from another thread than the writer's
     writer = threading.get_ident()
     real = os.fdatasync

@@ -1,7 +1,8 @@
 """Serialisation for jaxstruct: state dicts, directory bundles and zip archives."""
 
 from ._async import ExportHandle
-from ._checkpoint import export, load
+from ._encode import manifest_from_json, seal_manifest
+from ._export import export
 from ._formats import (
     ArraySpec,
     Format,
@@ -16,8 +17,8 @@ from ._formats import (
     place,
     walk,
 )
-from ._fs import CheckpointWriteError
 from ._inspect import CheckpointInfo, inspect
+from ._load import load
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._plain import join_path
@@ -36,7 +37,8 @@ from ._plugins import (
     register_codec,
     register_format,
 )
-from ._schema import Limits, manifest_from_json, parse_json, seal_manifest
+from ._publish import CheckpointWriteError, flush_while_writing, make_durable
+from ._schema import Limits, parse_json
 from ._state import from_state_dict, to_state_dict
 from ._targets import SavedSharding, saved_sharding
 from ._values import Codec
@@ -69,6 +71,7 @@ __all__ = [
     "current_registry",
     "empty_array",
     "export",
+    "flush_while_writing",
     "from_state_dict",
     "hookimpl",
     "host_array",
@@ -76,6 +79,7 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "make_durable",
     "manifest_from_json",
     "parse_json",
     "place",

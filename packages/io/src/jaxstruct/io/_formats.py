@@ -1,10 +1,17 @@
-"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays."""
+"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays.
+
+Also what formats and the modules around them share about paths: a URL or a local
+path (:func:`local_or_url`), and "has this file changed" (:func:`identity`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -104,6 +111,38 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
         taken.add(path)
         out[str(key)] = path
     return out
+
+
+#: A path that names a URL (``gs://bucket/ck``, ``memory://x``) rather than a local file.
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path: str) -> bool:
+    """Return whether ``path`` looks like a URL (``gs://bucket/ck``, ``memory://x``)."""
+    return URL.match(path) is not None
+
+
+def local_or_url(path: str | os.PathLike[str], what: str) -> Any:
+    """``path`` as a :class:`~pathlib.Path`, or as the string of a URL."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
+    return text if URL.match(text) else Path(text)
+
+
+def identity(path: Any, *, follow: bool = True) -> tuple[int, ...] | None:
+    """What changes when ``path`` is replaced or edited (device, inode, size, modification
+    and change times), or ``None`` when nothing is there: "has this file changed"."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat_identity(st)
+
+
+def stat_identity(st: os.stat_result) -> tuple[int, ...]:
+    """:func:`identity` of a file already stat-ed (``os.fstat`` of an open one)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RemoteDirectory:
@@ -442,7 +481,12 @@ class Format:
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, fsynced.
+        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``.
+
+        Write only under ``target``. ``export`` makes it durable
+        (:func:`jaxstruct.io.make_durable`) before it renames it into place, so
+        ``write`` fsyncs nothing (a format that :attr:`publishes_atomically` makes
+        its own commit durable).
 
         ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
         user holds them (possibly sharded); write them shard by shard

@@ -16,13 +16,19 @@ import numpy.lib.format as npy_format
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
-from . import _fs, _zip
 from . import _host as _streaming
+from . import _process, _zip
 from ._formats import ArrayTable, OpenedCheckpoint, aligned_empty
-from ._schema import storage_dtype
 
 MAGIC = b"\x93NUMPY"
 _MAX_HEADER = 65_535
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        return np.dtype(f"<u{dtype.itemsize}")
+    return dtype
 
 
 def array_bytes(arr: np.ndarray) -> tuple[memoryview, bool]:
@@ -541,5 +547,5 @@ def _member(key: str, arr: Any) -> _zip.Member:
 
 
 def members(arrays: Mapping[str, Any]) -> list[_zip.Member]:
-    with _fs.paused():
+    with _process.paused():
         return [_member(key, arr) for key, arr in arrays.items()]

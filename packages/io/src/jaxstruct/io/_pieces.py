@@ -24,7 +24,7 @@ import numpy as np
 from zlib_ng import zlib_ng
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
-from ._fs import WORKERS, pool, submit
+from ._process import WORKERS, pool, submit
 
 # Smallest uncompressed piece: big enough that handing it to a thread costs
 # little against inflating it (about 2-5 ms per MiB on one core), small enough

@@ -1,4 +1,7 @@
-"""The manifest's schema: format version, dtype names, reader limits, JSON parse and checks."""
+"""The manifest's schema, read: format version, dtype names, reader limits, JSON parse and checks.
+
+(How a value becomes a manifest, dtype names and JSON text included, is ``_encode``'s.)
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ from jaxstruct.registry import SerializationError
 # zlib-ng's CRC-32 runs several times faster than zlib's.
 from zlib_ng.zlib_ng import crc32
 
-from . import _fs
+from . import _process
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -67,7 +70,7 @@ def limits_from_kwargs(function: str, kwargs: dict[str, Any]) -> Limits:
 
 
 # Only names listed here are ever looked up on the ml_dtypes module.
-_ML_NAMES = frozenset(
+ML_NAMES = frozenset(
     {
         "bfloat16",
         "float4_e2m1fn",
@@ -89,45 +92,14 @@ _ML_NAMES = frozenset(
         "uint4",
     }
 )
-_NUMPY_STR = re.compile(
+NUMPY_STR = re.compile(
     r"^[<>|][biufc][1-9][0-9]?$"
     r"|^[<>|][SUV][0-9]{1,9}$"
     r"|^[<>|][mM]8(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$"
 )
 
 
-_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
 _PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
-
-
-def dtype_name(dtype: np.dtype, where: object) -> str:
-    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
-    found = _NAMES.get(dtype)
-    if found is not None:
-        return found
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise SerializationError(
-            f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
-            "fields and has no exact pickle-free form; convert it to a plain numeric, bool, "
-            "bytes or str dtype first"
-        )
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        if dtype.name not in _ML_NAMES:
-            raise SerializationError(
-                f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
-                f"supported; supported extension dtypes are {sorted(_ML_NAMES)}"
-            )
-        name = dtype.name
-    else:
-        name = dtype.str
-        if not _NUMPY_STR.match(name):
-            raise SerializationError(
-                f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is "
-                "not supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
-            )
-    if len(_NAMES) < 1024:
-        _NAMES[dtype] = name
-    return name
 
 
 def parse_dtype(name: object, where: str) -> np.dtype:
@@ -139,7 +111,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     found = _PARSED.get(name)
     if found is not None:
         return found
-    if name in _ML_NAMES:
+    if name in ML_NAMES:
         try:
             import ml_dtypes
         except ImportError:  # pragma: no cover - ml_dtypes ships with jax
@@ -154,7 +126,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
             )
         dtype = np.dtype(scalar)
     else:
-        if not _NUMPY_STR.match(name):
+        if not NUMPY_STR.match(name):
             raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
         try:
             dtype = np.dtype(name)
@@ -167,13 +139,6 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     return dtype
 
 
-def storage_dtype(dtype: np.dtype) -> np.dtype:
-    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        return np.dtype(f"<u{dtype.itemsize}")
-    return dtype
-
-
 #: The version of the checkpoint layout that this code writes (and the newest it reads).
 #: Version 2 added the manifest's ``checksums`` section and its seal.
 FORMAT_VERSION = 2
@@ -181,32 +146,6 @@ FORMAT_VERSION = 2
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 _MAX_NDIM = 64
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-
-
-def _node_encoder() -> Callable[[Any], str]:
-    """Return a function giving the compact JSON text of one node."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - Python builds without the _json accelerator
-        return _ENCODER.encode
-    try:
-        # markers=None: no cycle check (nodes are fresh lists of scalars and lists).
-        encode = make(
-            None,
-            _ENCODER.default,
-            json.encoder.encode_basestring_ascii,
-            None,
-            ":",
-            ",",
-            False,
-            False,
-            False,
-        )
-    except TypeError:  # pragma: no cover - a future signature: use the plain encoder
-        return _ENCODER.encode
-    return lambda node: "".join(encode(node, 0))
 
 
 #: The ``checksums`` section of a manifest whose format checks every stored byte itself
@@ -220,119 +159,6 @@ BY_FORMAT: Mapping[str, Any] = {"by": "format"}
 # the seal itself) is refused, and so is a seal on a manifest that does not check.
 _SEAL = re.compile(rb',"seal":"crc32:([0-9a-f]{8})"\}\s*\Z')
 _SEAL_ROOM = 48  # the seal is 31 bytes as written; room for trailing whitespace
-_SEAL_VALUE = re.compile(r"crc32:[0-9a-f]{8}")
-
-
-def dump_manifest(
-    state: Mapping[str, Any], container: str, checksums: Mapping[str, Any] = BY_FORMAT
-) -> bytes:
-    """Serialise the JSON part of a state dict as sealed manifest bytes (one node per line).
-
-    ``checksums`` is the manifest's ``checksums`` section: :data:`BY_FORMAT`, or the
-    CRC-32s jaxstruct computed of every array (``_checksums.checksums_of``).
-    """
-    head = _head(state["version"], container, state["arrays"], checksums, state["manifest"])
-    return b'%s,"seal":"crc32:%08x"}\n' % (head, crc32(head))
-
-
-def _head(
-    version: Any, container: Any, arrays: Any, checksums: Any, manifest: Mapping[str, Any]
-) -> bytes:
-    """The manifest's bytes up to its seal: the one layout jaxstruct writes."""
-    enc = _ENCODER.encode
-    with _fs.paused():
-        nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
-        return (
-            f'{{"format":{enc(MARKER)},"version":{enc(version)},'
-            f'"container":{enc(container)},\n"arrays":{enc(arrays)},\n'
-            f'"checksums":{enc(checksums)},\n'
-            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}'
-        ).encode("ascii")
-
-
-_DOCUMENT_KEYS = ("format", "version", "container", "arrays", "checksums", "manifest", "seal")
-
-
-def _head_of(document: Mapping[str, Any], what: str) -> bytes:
-    """The head of a manifest rebuilt from its parsed JSON (``document``)."""
-    manifest = document.get("manifest") if isinstance(document, Mapping) else None
-    if (
-        not isinstance(document, Mapping)
-        or set(document) - {"seal"} != set(_DOCUMENT_KEYS) - {"seal"}
-        or document.get("format") != MARKER
-        or not isinstance(manifest, Mapping)
-        or set(manifest) != {"root", "nodes"}
-        or not isinstance(manifest["nodes"], list)
-    ):
-        raise SerializationError(
-            f"{what}: expected a parsed jaxstruct manifest of format version 2 (keys "
-            f"{list(_DOCUMENT_KEYS)}); restore the checkpoint from a copy"
-        )
-    try:
-        return _head(
-            document["version"],
-            document["container"],
-            document["arrays"],
-            document["checksums"],
-            manifest,
-        )
-    except (TypeError, ValueError) as err:
-        raise SerializationError(f"{what}: the manifest cannot be written back ({err})") from None
-
-
-def manifest_from_json(document: Mapping[str, Any]) -> bytes:
-    """Return the exact manifest bytes export gave a format, from their parsed JSON.
-
-    For a format whose storage keeps the manifest as a JSON document it writes
-    out itself (orbax's JSON items), so the bytes ``write`` received are not the
-    bytes stored: ``OpenedCheckpoint.manifest = manifest_from_json(document)``
-    gives them back. The stored seal is kept as it is, so a document changed after
-    it was written still fails its check on load. A document of format version 1
-    (no seal) comes back as compact JSON.
-
-    Raises:
-        SerializationError: ``document`` is not a parsed jaxstruct manifest.
-
-    Example:
-        >>> import json, numpy as np
-        >>> from jaxstruct.io import to_state_dict
-        >>> written = dump_manifest(to_state_dict({"w": np.ones(2)}), "tar")
-        >>> manifest_from_json(json.loads(written)) == written
-        True
-    """
-    if isinstance(document, Mapping) and document.get("version") == 1:
-        return _ENCODER.encode(dict(document)).encode("ascii")
-    head = _head_of(document, "manifest_from_json()")
-    seal = document.get("seal")
-    if not isinstance(seal, str) or _SEAL_VALUE.fullmatch(seal) is None:
-        return head + b"}\n"  # no seal: refused as such when it is parsed
-    return b'%s,"seal":"%s"}\n' % (head, seal.encode("ascii"))
-
-
-def seal_manifest(document: Mapping[str, Any]) -> bytes:
-    """Return manifest bytes for ``document`` (parsed JSON, edited on purpose), sealed anew.
-
-    A checkpoint's manifest is sealed when it is written, and a load refuses a
-    manifest whose bytes no longer match their seal. After changing a manifest
-    deliberately (a hand-made migration), write back ``seal_manifest(edited)``;
-    its ``seal`` (and a directory checkpoint's ``checksum``) member is dropped.
-
-    Raises:
-        SerializationError: ``document`` is not a parsed jaxstruct manifest of
-            format version 2.
-
-    Example:
-        >>> import json, numpy as np
-        >>> from jaxstruct.io import to_state_dict
-        >>> top = json.loads(dump_manifest(to_state_dict({"w": np.ones(2)}), "zip"))
-        >>> top["container"] = "directory"
-        >>> parse_manifest(seal_manifest(top), "edited")["container"]
-        'directory'
-    """
-    if isinstance(document, Mapping):
-        document = {k: v for k, v in document.items() if k not in ("seal", "checksum")}
-    head = _head_of(document, "seal_manifest()")
-    return b'%s,"seal":"crc32:%08x"}\n' % (head, crc32(head))
 
 
 def _unsealed(data: bytes, where: str, *, check: bool = True) -> tuple[bytes, bool]:
@@ -393,6 +219,10 @@ def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
         depth = int(level[-1]) if len(level) else depth
 
 
+#: Documents of at least this many characters are parsed with the cyclic collector paused.
+_PAUSE_FROM = 1 << 16
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -440,9 +270,11 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
     except UnicodeDecodeError:
         raise SerializationError(f"{where}: {what} is not UTF-8 text") from None
     try:
+        if len(text) < _PAUSE_FROM:  # too few objects for the collector to run often
+            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
         # A few objects per node, none cyclic: the collector's passes over the
         # 100,000 nodes of as many arrays would cost more than building them.
-        with _fs.paused():
+        with _process.paused():
             return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
         raise SerializationError(f"{where}: malformed {what}: {err}") from None

@@ -15,7 +15,8 @@ stored as their key data (``uint32``) and rebuilt from the manifest.
 Writing is the safetensors library's (``safetensors.serialize_file``, from
 the arrays' own buffers) unless that would need more than ``_write.COPY_BUDGET``
 bytes of host copies at once; then the file is written tensor by tensor in the
-same layout (``_write``). The file is fsynced before ``jaxstruct.io`` publishes it.
+same layout (``_write``). ``jaxstruct.io`` makes the file durable (fsync) and
+publishes it.
 
 Reading is this package's own, where the library falls short (``_read`` says
 how, measured): the header is checked by ``_header`` (strict JSON through
@@ -162,7 +163,7 @@ class SafetensorsFormat(Format):
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Write the file (by the safetensors library's writer when it can, ``_write``); fsync."""
+        """Write the file (by the safetensors library's writer when it can, ``_write``)."""
         if compression == "deflate":
             raise SerializationError(
                 'safetensors files are never compressed; leave compression="auto" or "none"'
@@ -176,13 +177,7 @@ class SafetensorsFormat(Format):
             nbytes = math.prod(shape) * dtype.itemsize
             tensors[key] = Tensor(stored.name, tensor_dtype, tensor_shape, nbytes)
         write_file(target, metadata, tensors, arrays)
-        step("arrays-written")
-        fd = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        step("temp-synced")
+        step("arrays-written")  # jaxstruct.io makes the file durable, then publishes it
 
     def sniff(self, path: Any) -> bool:
         """A file starting with a plausible header length and ``{``."""
@@ -211,7 +206,7 @@ class SafetensorsFormat(Format):
         file = open(path, "rb")  # noqa: SIM115 - open until the checkpoint is closed
         try:
             header = read_header(file, limits, where)
-            checksums = _checksums(header, where)
+            checksums = _file_checksums(header, where)
             stored = _stored_table(header, where) if MANIFEST_KEY in header.metadata else None
         except BaseException:
             file.close()
@@ -221,7 +216,7 @@ class SafetensorsFormat(Format):
         return _CheckedOpened(file, header, stored, where, checksums)
 
 
-def _checksums(header: Header, where: str) -> Checksums | None:
+def _file_checksums(header: Header, where: str) -> Checksums | None:
     """The file's checksums, the header's own checked; ``None`` when it has none (a file
     another tool wrote, or jaxstruct-safetensors before 0.2)."""
     text = header.metadata.get(CHECKSUMS_KEY)
