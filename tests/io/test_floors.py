@@ -10,7 +10,7 @@ import jaxstruct.io as jio
 FLOORS = [
     {"_process", "_fs", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
     {"_schema", "_nodes", "_values", "_formats", "hookspecs"},
-    {"_npz", "_builtin", "_plugins", "_detect", "_publish"},
+    {"_npz", "_builtin", "_tables", "_plugin_checks", "_plugins", "_detect", "_publish"},
     {"_encode", "_targets", "_decode", "_plain"},
     {"_checkpoint", "_async", "_state", "_inspect"},
     {"_manager", "_cli", "__init__"},

@@ -35,6 +35,7 @@ from ._plugins import (
     hookimpl,
     register_codec,
     register_format,
+    using,
 )
 from ._schema import Limits, parse_json
 from ._state import from_state_dict, to_state_dict
@@ -83,5 +84,6 @@ __all__ = [
     "saved_sharding",
     "sync_timeout",
     "to_state_dict",
+    "using",
     "walk",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -64,7 +65,12 @@ class ExportHandle:
                     if _in_flight.get(self._key) is self:
                         del _in_flight[self._key]
 
-        threading.Thread(target=run, name="jaxstruct-export", daemon=False).start()
+        # In the caller's context: a registry used for a with block (PluginRegistry.using)
+        # is the background write's too.
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(run,), name="jaxstruct-export", daemon=False
+        ).start()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the checkpoint is written; raise the background write's error if any.

@@ -64,6 +64,7 @@ def format_for_export(path: str, name: str | None) -> Format:
                 'format= a registered format, or pass format="directory" to write a '
                 "directory checkpoint under this name"
             )
+        registry.check_suffix(path, suffix)  # an installed plugin not loaded may claim it
     return format_named("directory")
 
 
