@@ -19,7 +19,8 @@ class ManifestNode(NamedTuple):
     """One node of a manifest, as :func:`walk` yields it.
 
     Attributes:
-        path: its tree path (``""`` for the root).
+        path: its tree path, as :func:`jaxstruct.io.join_path` writes its steps (``""``
+            for the root, which has none).
         tag: the node's tag (``"struct"``, ``"dict"``, ``"array"``, ...).
         node: the node itself (a JSON list; see the manifest layout in the io guide).
     """
@@ -53,7 +54,9 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
     nodes, root = inner["nodes"], inner.get("root")
     if type(root) is not int or not 0 <= root < len(nodes):
         raise ValueError("the manifest's root is not a node index")
-    stack: list[tuple[int, str]] = [(root, "")]
+    # A path of None is the root's (no step): "" is the path of one empty step's parent
+    # no more than of the root, so emptiness cannot tell them apart.
+    stack: list[tuple[int, str | None]] = [(root, None)]
     seen = 0
     while stack:
         index, path = stack.pop()
@@ -63,7 +66,7 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         node = nodes[index]
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             raise ValueError(f"node {index} is malformed")
-        yield ManifestNode(path, node[0], node)
+        yield ManifestNode(path or "", node[0], node)
         try:
             kids = [(c, tree_step(nodes, c)) for c in children(node) if c.role in TREE_ROLES]
         except (TypeError, ValueError):
@@ -71,7 +74,7 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         for child, step in reversed(kids):
             if type(child.index) is not int or not 0 <= child.index < index:
                 raise ValueError(f"node {index} has an invalid child index")
-            joined = path if step is None else (f"{path}.{step}" if path else step)
+            joined = path if step is None else (step if path is None else f"{path}.{step}")
             stack.append((child.index, joined))
 
 
@@ -81,6 +84,12 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
     A format's ``write`` gets the manifest bytes and the arrays by key; this
     names each array by where it sits (``params.layers.0.w``). On read, the
     same call on ``OpenedCheckpoint.manifest`` gives the same names back.
+
+    A path is :func:`jaxstruct.io.join_path` of its steps: every step is kept
+    (the dict key ``""`` is the step ``%``), so two different places never get
+    one path, and an array at the root has the empty path ``""``. Only where
+    two keys of one dict have the same text (``1`` and ``"1"``) does the later
+    get ``~`` and its array key appended (``1~a4``).
 
     Raises:
         ValueError: it is not a well-formed manifest.
@@ -98,7 +107,7 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
         if entry.tag not in ARRAY_TAGS or len(entry.node) < 2:
             continue
         key = entry.node[1]
-        path = entry.path or "root"
+        path = entry.path
         if path in taken:
             path = f"{path}~{escape_step(str(key))}"
         taken.add(path)
