@@ -140,7 +140,7 @@ class TarFormat(Format):
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create the archive at ``target`` and fsync it."""
+        """Create the archive at ``target`` (jaxstruct fsyncs and publishes it)."""
         if compression == "deflate":
             raise SerializationError(
                 f"{str(target)!r}: the tar format stores arrays uncompressed; use "
@@ -157,8 +157,6 @@ class TarFormat(Format):
                 _write_array(handle, name, value)
                 step(name)
             handle.write(b"\0" * (2 * _BLOCK))  # end of archive
-            handle.flush()
-            os.fsync(handle.fileno())
 
     def sniff(self, path: Path) -> bool:
         """Whether ``path`` is a file whose first tar header names ``manifest.json``."""
