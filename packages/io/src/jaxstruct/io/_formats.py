@@ -451,19 +451,30 @@ class Format:
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, fsynced.
+        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, and
+        write nothing anywhere else.
 
         ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
-        user holds them (possibly sharded); write them shard by shard
+        user holds them (possibly sharded): :func:`host_array` gives one host
+        copy; a format for large models writes shard by shard
         (:func:`host_pieces`), never gathering a sharded array into one buffer.
-        The keys are opaque; :func:`jaxstruct.io.array_paths` of ``manifest``
-        names each array by its tree path. Keep each array's memory order and
-        store a checksum per array.
+        Never write into them. The keys are opaque; :func:`jaxstruct.io.array_paths`
+        of ``manifest`` names each array by its tree path. Keep each array's
+        memory order.
 
-        Before publishing, ``export`` checks that ``target`` exists, is a
-        directory exactly when :attr:`is_directory` says so, and is recognised
-        by :meth:`sniff`; otherwise nothing is replaced and the export raises
-        ``SerializationError`` naming this format.
+        ``compression`` is ``"auto"`` (the format decides; always accepted),
+        ``"deflate"`` (compress the arrays) or ``"none"`` (store them as they
+        are): honour what you can and refuse the rest with a
+        ``SerializationError`` naming the value, before writing anything.
+
+        Durability is jaxstruct's: unless :attr:`publishes_atomically`, it fsyncs
+        every file and directory under ``target`` after this returns, then renames
+        it into place (a format may fsync too, to overlap the work). Before
+        publishing, ``export`` checks that ``target`` exists, is a directory
+        exactly when :attr:`is_directory` says so, and is recognised by
+        :meth:`sniff`; otherwise nothing is replaced and the export raises
+        ``SerializationError`` naming this format. ``jaxstruct.testing.FormatTests``
+        tests every promise of a format.
         """
         raise NotImplementedError
 
