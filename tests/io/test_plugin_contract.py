@@ -282,10 +282,13 @@ def test_load_errors_name_dict_keys_and_the_failing_codec(
     with jio.using(good):  # (export refuses a codec that cannot decode what it encodes)
         payload = jio.to_state_dict({"cfg": {"lr": fractions.Fraction(1, 3)}})
     bad = Codec("t.bad", (fractions.Fraction,), str, lambda s: 1 / 0)
-    with jio.using(bad), pytest.raises(
-        SerializationError,
-        match=r"root\['cfg'\]\['lr'\]: codec 't.bad' \('jaxstruct.io using\(\) in .*'\) "
-        "failed to decode",
+    with (
+        jio.using(bad),
+        pytest.raises(
+            SerializationError,
+            match=r"root\['cfg'\]\['lr'\]: codec 't.bad' \('jaxstruct.io using\(\) in .*'\) "
+            "failed to decode",
+        ),
     ):
         jio.from_state_dict(payload)
 
