@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 
 import jaxstruct.core as js
 import jaxstruct.io as jio
-import pytest
+
+try:
+    import pytest
+except ModuleNotFoundError:  # pragma: no cover - every test run has it
+    raise ModuleNotFoundError(
+        "jaxstruct.testing.FormatTests and CodecTests are pytest test classes: install "
+        "pytest (pip install pytest) in the environment that runs your plugin's tests"
+    ) from None
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxstruct.io import Codec, PluginError

@@ -26,7 +26,14 @@ from typing import Any, ClassVar
 
 import jaxstruct.io as jio
 import numpy as np
-import pytest
+
+try:
+    import pytest
+except ModuleNotFoundError:  # pragma: no cover - every test run has it
+    raise ModuleNotFoundError(
+        "jaxstruct.testing.FormatTests and CodecTests are pytest test classes: install "
+        "pytest (pip install pytest) in the environment that runs your plugin's tests"
+    ) from None
 from hypothesis import HealthCheck, given, settings
 from jaxstruct.io import ArraySpec, Format, Limits, PluginError
 from jaxstruct.registry import SerializationError, StructError
