@@ -93,11 +93,15 @@ def _warn(message: str) -> None:
 
 
 def _caller() -> str:
-    """The module name of the first caller outside jaxstruct, for messages."""
+    """The module name of the first caller outside jaxstruct.io, for messages (a user's
+    module, or ``jaxstruct.testing._format_tests`` for the kit's tests)."""
     frame = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_OWN):
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_IO):
         frame = frame.f_back
     return "?" if frame is None else str(frame.f_globals.get("__name__", "?"))
+
+
+_IO = ("jaxstruct.io.", "contextlib")
 
 
 class _Refused(PluginError):
