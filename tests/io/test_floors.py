@@ -10,7 +10,7 @@ import jaxstruct.io as jio
 FLOORS = [
     {"_process", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
     {"_schema", "_checksums", "_nodes", "_values", "_formats", "hookspecs"},
-    {"_npz", "_builtin", "_plugins", "_contract", "_publish"},
+    {"_npz", "_builtin", "_tables", "_plugin_checks", "_plugins", "_contract", "_publish"},
     {"_encode", "_targets", "_decode", "_plain", "_async"},
     {"_export", "_load", "_state", "_inspect"},
     {"_manager", "_cli", "__init__"},

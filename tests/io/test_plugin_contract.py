@@ -275,12 +275,20 @@ def test_inspect_shows_a_typed_prng_key(tmp_path: Path) -> None:
 def test_load_errors_name_dict_keys_and_the_failing_codec(
     use: Callable[..., PluginRegistry],
 ) -> None:
-    """Load-side paths read root['cfg']['lr'] as export's do, and name the codec that failed."""
+    """Load-side paths read root['cfg']['lr'] as export's do, and name the codec that failed
+    and who registered it."""
     use()
-    jio.register_codec(Codec("t.bad", (fractions.Fraction,), str, lambda s: 1 / 0))
-    payload = jio.to_state_dict({"cfg": {"lr": fractions.Fraction(1, 3)}})
-    with pytest.raises(
-        SerializationError, match=r"root\['cfg'\]\['lr'\]: codec 't.bad' failed to decode"
+    good = Codec("t.bad", (fractions.Fraction,), str, fractions.Fraction)
+    with jio.using(good):  # (export refuses a codec that cannot decode what it encodes)
+        payload = jio.to_state_dict({"cfg": {"lr": fractions.Fraction(1, 3)}})
+    bad = Codec("t.bad", (fractions.Fraction,), str, lambda s: 1 / 0)
+    with (
+        jio.using(bad),
+        pytest.raises(
+            SerializationError,
+            match=r"root\['cfg'\]\['lr'\]: codec 't.bad' \('jaxstruct.io using\(\) in .*'\) "
+            "failed to decode",
+        ),
     ):
         jio.from_state_dict(payload)
 

@@ -237,11 +237,23 @@ def test_array_names_from_the_file_are_checked(tmp_path: Path, name: str) -> Non
 
 
 def test_paths_that_cannot_nest_keep_flat_keys(tmp_path: Path) -> None:
-    """A dict key that makes an empty path step ("") leaves the arrays item keyed by the
-    manifest's keys; the checkpoint loads the same."""
-    value = {"a": {"": np.arange(3.0)}, "w": np.ones(2, np.int32)}
+    """A dict key that makes a path step orbax cannot name a directory by (a backslash)
+    leaves the arrays item keyed by the manifest's keys; the checkpoint loads the same."""
+    value = {"a": {"x\\y": np.arange(3.0)}, "w": np.ones(2, np.int32)}
     path = jio.export(value, tmp_path / "ck", format="orbax")
     assert "names" not in json.loads((path / "jaxstruct_storage" / "metadata").read_text())
+    back = jio.load(path)
+    np.testing.assert_array_equal(back["a"]["x\\y"], value["a"]["x\\y"])
+    np.testing.assert_array_equal(back["w"], value["w"])
+
+
+def test_an_empty_dict_key_is_a_step_of_its_own(tmp_path: Path) -> None:
+    """The dict key "" is the path step '%' (tree paths keep every step), so the arrays
+    item nests it like any other key, and the checkpoint loads the same."""
+    value = {"a": {"": np.arange(3.0)}, "w": np.ones(2, np.int32)}
+    path = jio.export(value, tmp_path / "ck", format="orbax")
+    storage = json.loads((path / "jaxstruct_storage" / "metadata").read_text())
+    assert storage["names"] == {"a0": "a.%", "a1": "w"}
     back = jio.load(path)
     np.testing.assert_array_equal(back["a"][""], value["a"][""])
     np.testing.assert_array_equal(back["w"], value["w"])

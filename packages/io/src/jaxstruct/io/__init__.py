@@ -36,6 +36,7 @@ from ._plugins import (
     hookimpl,
     register_codec,
     register_format,
+    using,
 )
 from ._publish import CheckpointWriteError, flush_while_writing, make_durable
 from ._schema import Limits, parse_json
@@ -89,5 +90,6 @@ __all__ = [
     "seal_manifest",
     "sync_timeout",
     "to_state_dict",
+    "using",
     "walk",
 ]

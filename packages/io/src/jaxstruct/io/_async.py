@@ -5,6 +5,7 @@ handle of the previous one.)"""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -58,7 +59,12 @@ class ExportHandle:
                 self._finished.set()
                 unregister(self._key, self._finished)
 
-        threading.Thread(target=run, name="jaxstruct-export", daemon=False).start()
+        # In the caller's context: a registry used for a with block (PluginRegistry.using)
+        # is the background write's too.
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(run,), name="jaxstruct-export", daemon=False
+        ).start()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the checkpoint is written; raise the background write's error if any.

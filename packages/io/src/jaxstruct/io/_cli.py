@@ -18,10 +18,12 @@ from ._plugins import PluginWarning, current_registry
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxstruct`` command; return the exit status.
 
-    ``0``: done (and with ``--verify``, every member is sound); ``1``:
-    ``--verify`` found bad members (each is named on stderr); ``2``: the
-    checkpoint could not be read. ``jaxstruct plugins`` exits with ``0``.
-    Output cut short by its reader (``| head``) ends the command quietly.
+    ``jaxstruct inspect``: ``0``: done (and with ``--verify``, every member is
+    sound); ``1``: ``--verify`` found bad members (each is named on stderr);
+    ``2``: the checkpoint could not be read. ``jaxstruct plugins``: ``0``: every
+    installed plugin is loaded or disabled on purpose; ``1``: a plugin failed, or
+    clashes with another (each is listed with why). Output cut short by its
+    reader (``| head``) ends the command quietly.
 
     Example:
         >>> main(["inspect", "/nonexistent/checkpoint"])
@@ -50,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     listing = commands.add_parser(
         "plugins",
         help="list every jaxstruct.io plugin, its distribution and version, what it registers "
-        "and its state (loaded, failed and why, disabled)",
+        "and its state (loaded, failed and why, disabled); exit status 1 when a plugin failed "
+        "or clashes with another",
     )
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
     args = parser.parse_args(argv)
@@ -75,6 +78,11 @@ def _plugins(*, as_json: bool) -> int:
         print(json.dumps([info.to_json() for info in infos], indent=1))
     else:
         print("\n".join(str(info) for info in infos))
+    broken = [info for info in infos if info.state == "failed" or info.problems]
+    if broken:
+        names = ", ".join(f"{info.name!r} ({info.distribution})" for info in broken)
+        print(f"jaxstruct plugins: not every plugin works: {names}", file=sys.stderr)
+        return 1
     return 0
 
 

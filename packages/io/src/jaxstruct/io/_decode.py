@@ -18,6 +18,7 @@ import numpy as np
 from jaxstruct.registry import (
     ClassReferenceError,
     SerializationError,
+    StructError,
     class_ref,
     is_registered_pytree_type,
     lookup_class,
@@ -878,13 +879,22 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         value = codec.decode(d.out[kids[0]])
     except Exception as err:
         raise _NodeError(
-            f"codec {name!r} failed to decode it ({type(err).__name__}: {err})"
+            f"codec {name!r} ({_source(name)}) failed to decode it ({type(err).__name__}: {err})"
         ) from err
     if type(value) not in codec.types:
         raise _NodeError(
-            f"codec {name!r} returned {type(value).__name__}, not one of its declared types"
+            f"codec {name!r} ({_source(name)}) returned {type(value).__name__}, not one of its "
+            "declared types; its decode is wrong (report it to the codec's authors)"
         )
     return value, kids
+
+
+def _source(codec_name: str) -> str:
+    """Who registered the codec ``codec_name`` (a plugin and its distribution)."""
+    try:
+        return current_registry().describe_source("codec", codec_name)
+    except (KeyError, StructError):
+        return "not registered"
 
 
 _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]] = {

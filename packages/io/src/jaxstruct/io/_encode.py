@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import (
     SerializationError,
+    StructError,
     class_ref,
     is_registered_pytree_type,
     lookup_class,
@@ -112,6 +113,47 @@ def _remember_class(cls: type) -> str:
     if cached is not cls and (cached is None or not is_registered_pytree_type(cached)):
         register_class_ref(cls, ref)
     return ref
+
+
+#: ``(id(codec), class) -> codec`` for the pairs whose decode gave back a value of the
+#: codec's types, checked once per process: a codec that breaks it would write checkpoints
+#: that never load. (Keyed by identity: a codec's functions need not be hashable; the
+#: codec is kept, so its id is never reused.)
+_DECODES_ITS_TYPE: dict[tuple[int, type], Any] = {}
+
+
+def _codec_source(codec: Any) -> str:
+    """Who registered ``codec`` (a plugin and its distribution), for messages."""
+    try:
+        return current_registry().describe_source("codec", codec.name)
+    except (KeyError, StructError):
+        return "not registered"
+
+
+def _check_codec(codec: Any, value: Any, path: _Path) -> None:
+    """Refuse ``codec`` unless its ``decode`` gives back a value of its types from what its
+    ``encode`` makes of ``value`` (once per codec and class; ``encode`` runs again, so that
+    a ``decode`` changing its argument changes nothing that is stored)."""
+    cls = type(value)
+    where = f"cannot export the {cls.__qualname__} value at {path}: codec {codec.name!r}"
+    who = _codec_source(codec)
+    try:
+        back = codec.decode(codec.encode(value))
+    except Exception as err:
+        raise SerializationError(
+            f"{where} ({who}) cannot decode what its own encode made of it "
+            f"({type(err).__name__}: {err}), so the checkpoint could never be loaded; nothing "
+            "was written. The codec's decode must accept what its encode returns"
+        ) from err
+    if type(back) not in codec.types:
+        expected = ", ".join(t.__qualname__ for t in codec.types)
+        raise SerializationError(
+            f"{where} ({who}) decodes what its own encode made of it as "
+            f"{type(back).__qualname__}, which is not one of its types ({expected}), so the "
+            "checkpoint could never be loaded; nothing was written. The codec's decode must "
+            f"return the {cls.__qualname__} its encode was given"
+        )
+    _DECODES_ITS_TYPE[id(codec), cls] = codec
 
 
 class _Path:
@@ -299,8 +341,11 @@ class _Encoder:
             except Exception as err:
                 raise SerializationError(
                     f"cannot export the {cls.__qualname__} value at {path}: codec "
-                    f"{codec.name!r} failed ({type(err).__name__}: {err})"
+                    f"{codec.name!r} ({_codec_source(codec)}) failed "
+                    f"({type(err).__name__}: {err})"
                 ) from err
+            if (id(codec), cls) not in _DECODES_ITS_TYPE:
+                _check_codec(codec, value, path)
             name = codec.name
             return (lambda ch: [CODEC, name, ch[0]]), [(stored, _Path(path, "text", f".<{name}>"))]
         foreign = flatten_named(value)

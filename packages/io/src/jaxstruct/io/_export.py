@@ -186,6 +186,8 @@ def choose_format(path: str | os.PathLike[str], name: str | None) -> tuple[Forma
             "directory checkpoint under this name"
         )
     if fmt is None:
+        if suffix:
+            registry.check_suffix(text, suffix)  # an installed plugin not loaded may claim it
         fmt = registry.format_named("directory")
         if fmt is None:  # pragma: no cover - blocked by hand
             raise unknown_format("directory", registry)

@@ -260,8 +260,16 @@ def error_step(nodes: list[Any], child: Child) -> str:
     return f".<{child.name}>"
 
 
+#: How a tree path writes an empty step (the dict key ``""``): a ``%`` that no escape
+#: follows, which no other step can be (a ``%`` inside a step is ``%25``).
+EMPTY_STEP = "%"
+
+
 def escape_step(step: str) -> str:
-    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``."""
+    """Escape one path step: ``%`` as ``%25``, ``.`` as ``%2E``, ``/`` as ``%2F``, and the
+    empty step as ``%``, so that joining steps with ``.`` loses none of them."""
+    if not step:
+        return EMPTY_STEP
     return step.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
 
 
