@@ -43,7 +43,6 @@ from jaxstruct.io import (
     OpenedCheckpoint,
     PendingWrite,
     RemoteDirectory,
-    parse_json,
     saved_sharding,
 )
 from jaxstruct.registry import SerializationError
@@ -59,6 +58,7 @@ from ._items import (
     make_checkpointer,
     make_handler,
     orbax_checkpoint,
+    parse_item,
     read_item,
     read_records,
     read_storage,
@@ -233,6 +233,7 @@ class OrbaxFormat(Format):
     remote_paths = True
     publishes_atomically = True
     multiprocess = True
+    checks_arrays = True
 
     def write(
         self,
@@ -346,7 +347,7 @@ class OrbaxFormat(Format):
                 p, manifest, layouts, shardings, where, names=names, pinned=pinned
             )
         manifest_crc, processes = sums
-        if json_crc(parse_json(manifest, where, "jaxstruct manifest item")) != manifest_crc:
+        if json_crc(parse_item(manifest, where, "jaxstruct manifest item")) != manifest_crc:
             raise SerializationError(
                 f"{where}: the jaxstruct manifest item does not match its checksum: the "
                 "checkpoint is corrupt; restore it from a copy"
