@@ -95,12 +95,14 @@ def test_a_flipped_byte_anywhere_is_found_never_loaded(tmp_path: Path) -> None:
     path = jio.export(_value(), tmp_path / "x.safetensors")
     blob = path.read_bytes()
     bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(blob)
     targets = _targets()
     silent = []
+    fd = os.open(bad, os.O_WRONLY)  # each flip written in place: no truncation (3 ms on ext4)
     for at in range(len(blob)):
-        flipped = bytearray(blob)
-        flipped[at] ^= 0x10
-        bad.write_bytes(flipped)
+        os.pwrite(fd, bytes([blob[at] ^ 0x10]), at)
+        if at:
+            os.pwrite(fd, blob[at - 1 : at], at - 1)
         for n, target in enumerate([*targets, "select"]):
             try:
                 if target == "select":
@@ -113,6 +115,7 @@ def test_a_flipped_byte_anywhere_is_found_never_loaded(tmp_path: Path) -> None:
                 continue
             if not ok:
                 silent.append((at, n))
+    os.close(fd)
     assert silent == []
 
 
