@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,16 @@ def _header_bytes(blob: bytes) -> int:
     return 8 + struct.unpack("<Q", blob[:8])[0]
 
 
+def _poke(file: Path, at: int, byte: int) -> None:
+    """Write one byte in place (no truncation: ext4 writes a truncated file's data out when
+    it is closed, 3 ms a time here)."""
+    fd = os.open(file, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([byte]), at)
+    finally:
+        os.close(fd)
+
+
 def _opened(path: Path) -> Any:
     """The format's opened checkpoint of ``path`` (its header read and checked)."""
     return SafetensorsFormat().open(path, Limits())
@@ -67,13 +78,12 @@ def test_no_flipped_header_bit_loads_wrong_data_or_unchecked(
     end = _header_bytes(written)
     data_byte = end + (len(written) - end) // 2
     path = tmp_path / "bad.safetensors"
+    path.write_bytes(written)
+    _poke(path, data_byte, written[data_byte] ^ 1)
     refused, checked, silent = [], [], []
     bits = range(half * end * 8 // HALVES, (half + 1) * end * 8 // HALVES)
     for bit in bits:
-        flipped = bytearray(written)
-        flipped[bit // 8] ^= 1 << bit % 8
-        flipped[data_byte] ^= 1
-        path.write_bytes(flipped)
+        _poke(path, bit // 8, written[bit // 8] ^ 1 << bit % 8)
         try:
             jio.load(path)
             silent.append(bit)
@@ -81,6 +91,8 @@ def test_no_flipped_header_bit_loads_wrong_data_or_unchecked(
             assert str(path) in str(err) and "restore" in str(err), err
             found = "does not match its checksum (in its data" in str(err)
             (checked if found else refused).append(bit)
+        _poke(path, bit // 8, written[bit // 8])
+    _poke(path, data_byte, written[data_byte])
     for bit in checked:  # the header flip alone: opens checked, loads the value or raises
         flipped = bytearray(written)
         flipped[bit // 8] ^= 1 << bit % 8
