@@ -165,9 +165,11 @@ def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> Non
     checkpointer = ocp.PyTreeCheckpointer()
     checkpointer.save(path / "arrays", {"a0": w})
     checkpointer.close()
-    (path / "jaxstruct" / "metadata").write_text(
+    edited = (
         (path / "jaxstruct" / "metadata").read_text().replace('"shape": [1]', '"shape": [64, 16]')
     )
+    sealed = json.loads(jio.seal_manifest(json.loads(edited)))  # edited on purpose
+    (path / "jaxstruct" / "metadata").write_text(json.dumps(sealed))
     document = json.loads(storage.read_text())
     for key in ("checksums", "manifest_crc32", "crc32"):  # those checkpoints had no checksums
         del document[key]

@@ -105,7 +105,7 @@ def test_inspect_of_our_file_names_its_checksums(
     """A file jaxstruct wrote is described by its manifest, with its piece CRCs named."""
     path = jio.export({"w": np.zeros((2, 3), np.float32)}, tmp_path / "ours.safetensors")
     info = jio.inspect(path)
-    assert info.has_manifest and info.version == 1 and info.note == ""
+    assert info.has_manifest and info.version == 2 and info.note == ""
     assert info.checksums == "CRC-32 per 1 MiB piece of every tensor, and of the header"
     assert str(info).splitlines()[1] == f"checksums: {info.checksums}"
     assert main(["inspect", str(path), "--json", "--verify"]) == 0
@@ -116,12 +116,12 @@ def test_inspect_of_our_file_names_its_checksums(
 
 
 def _without_checksums(path: Path) -> None:
-    """Rewrite ``path`` with its ``jaxstruct.checksums`` entry blanked out of the header (as
-    an earlier jaxstruct-safetensors wrote it: the manifest, no checksums)."""
+    """Rewrite ``path`` with its ``jaxstruct.checksums`` entry and their mark blanked out of
+    the header (as an earlier jaxstruct-safetensors wrote it: the manifest, no checksums)."""
     data = path.read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + size])
-    del header["__metadata__"]["jaxstruct.checksums"]
+    del header["__metadata__"]["jaxstruct.checksums"], header["__metadata__"]["jaxstruct.checked"]
     text = json.dumps(header, separators=(",", ":")).encode().ljust(size)
     path.write_bytes(data[:8] + text + data[8 + size :])
 

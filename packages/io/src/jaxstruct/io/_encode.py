@@ -612,7 +612,7 @@ def _head_of(document: Mapping[str, Any], what: str) -> bytes:
         raise SerializationError(f"{what}: the manifest cannot be written back ({err})") from None
 
 
-def manifest_from_json(document: Mapping[str, Any]) -> bytes:
+def manifest_from_json(document: Mapping[str, Any], *, where: str = "") -> bytes:
     """Return the exact manifest bytes export gave a format, from their parsed JSON.
 
     For a format whose storage keeps the manifest as a JSON document it writes
@@ -620,7 +620,7 @@ def manifest_from_json(document: Mapping[str, Any]) -> bytes:
     bytes stored: ``OpenedCheckpoint.manifest = manifest_from_json(document)``
     gives them back. The stored seal is kept as it is, so a document changed after
     it was written still fails its check on load. A document of format version 1
-    (no seal) comes back as compact JSON.
+    (no seal) comes back as compact JSON. ``where`` (the file) starts the messages.
 
     Raises:
         SerializationError: ``document`` is not a parsed jaxstruct manifest.
@@ -634,7 +634,7 @@ def manifest_from_json(document: Mapping[str, Any]) -> bytes:
     """
     if isinstance(document, Mapping) and document.get("version") == 1:
         return _ENCODER.encode(dict(document)).encode("ascii")
-    head = _head_of(document, "manifest_from_json()")
+    head = _head_of(document, where or "manifest_from_json()")
     seal = document.get("seal")
     if not isinstance(seal, str) or _SEAL_VALUE.fullmatch(seal) is None:
         return head + b"}\n"  # no seal: refused as such when it is parsed
