@@ -479,6 +479,7 @@ class _Plain(jio.OpenedCheckpoint):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.manifest = inner.manifest
+        self.arrays_checked = inner.arrays_checked  # every read of the zip checks its CRCs
 
     def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
         Unchecked.reads.append(sorted(wanted))
@@ -488,29 +489,42 @@ class _Plain(jio.OpenedCheckpoint):
         self.inner.close()
 
 
-class Unchecked(ZipFormat):
-    name = "unchecked"
-    suffixes = (".unchecked",)
+class Unstated(ZipFormat):
+    """A zip-based format whose opened checkpoints state nothing and have no ``verify``."""
+
+    name = "unstated"
+    suffixes = (".unstated",)
     reads: list[list[str]] = []
 
     def open(self, path: Any, limits: jio.Limits) -> Any:
         return _Plain(super().open(path, limits))
 
 
-def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
+class Unchecked(Unstated):
+    """The same, saying it keeps no checksums of its own: jaxstruct keeps them."""
+
+    name = "unchecked"
+    suffixes = (".unchecked",)
+    checks_arrays = False
+
+
+def test_verify_checks_jaxstructs_checksums_of_a_plain_format_one_array_at_a_time(
     use: Callable[..., PluginRegistry], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--verify of a format without checksums says what it checked, reading arrays singly."""
+    """--verify of a format keeping no checksums of its own reads every array singly and
+    checks it against jaxstruct's CRC-32s: sound, exit 0; one flipped byte, exit 1."""
     from jaxstruct.io._cli import main
 
     use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
     path = jio.export({"a": np.ones(3), "b": np.zeros(2)}, tmp_path / "x.unchecked")
-    Unchecked.reads.clear()
+    Unstated.reads.clear()
     assert main(["inspect", str(path), "--verify"]) == 0
-    out = capsys.readouterr().out
-    assert "every array read; no checksums were checked" in out
-    assert "every member is sound" not in out
-    assert Unchecked.reads == [["a0"], ["a1"]]
+    assert "every member is sound" in capsys.readouterr().out
+    assert Unstated.reads == [["a0"], ["a1"]]
+    data = bytearray(path.read_bytes())
+    data[data.index(np.ones(3).tobytes()) + 5] ^= 1
+    path.write_bytes(bytes(data))
+    assert main(["inspect", str(path), "--verify"]) == 1
 
 
 def test_inspect_of_a_format_that_states_no_checksums_says_so(
@@ -522,15 +536,15 @@ def test_inspect_of_a_format_that_states_no_checksums_says_so(
 
     from jaxstruct.io._cli import main
 
-    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
-    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unchecked")
+    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unstated())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unstated")
     info = jio.inspect(path)
     assert info.checksums == "not stated by the format" and info.has_manifest
     assert "checksums: not stated by the format" in str(info).splitlines()[1]
     assert main(["inspect", str(path), "--json", "--verify"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["checksums"] == "not stated by the format"
-    assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
+    assert report["verify"] == {"ok": True, "problems": [], "checksums": True}
 
 
 def test_a_raising_sniff_costs_only_its_format(
@@ -643,9 +657,11 @@ def test_a_formats_wrong_read_is_our_error_never_wrong_data(
 ) -> None:
     """What a plugin format's read_arrays() gives is checked against the manifest: a wrong
     shape, dtype, a missing array or its own exception is a SerializationError naming it."""
-    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(_Reading(mode))))
+    fmt = _Reading("ok")
+    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(fmt)))
     _Reading.stored.clear()
     path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
+    fmt.mode = mode  # it read right when export checked what it wrote
     with pytest.raises(SerializationError, match=says) as info:
         jio.load(path)
     assert "'t-reading' format" in str(info.value) and "dist-reading" in str(info.value)
@@ -883,15 +899,22 @@ def test_a_declined_write_async_writes_once_in_the_background(
     np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])
 
 
+_OURS = "CRC-32 of every 1 MiB piece of every array and of the manifest, kept by jaxstruct"
+
+
 @pytest.mark.parametrize(
     ("stated", "shown"),
-    [("xxHash-64 of every block", "xxHash-64 of every block"), (3, "not stated by the format")],
+    [
+        ("xxHash-64 of every block", f"{_OURS}; the format's own: xxHash-64 of every block"),
+        (3, _OURS),
+    ],
 )
 def test_inspect_reports_the_checksums_a_plugin_states(
     stated: Any, shown: str, use: Callable[..., PluginRegistry], tmp_path: Path
 ) -> None:
-    """A plugin's ``checksum_scheme`` is what inspect reports; one that is not a string is
-    reported as not stated (no foreign value reaches the report)."""
+    """A plugin's ``checksum_scheme`` is reported beside jaxstruct's own CRC-32s (kept for a
+    format that keeps none); one that is not a string is not reported (no foreign value
+    reaches the report)."""
 
     class Stating(Unchecked):
         name = "stating"

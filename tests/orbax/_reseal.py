@@ -22,3 +22,14 @@ def reseal(path: Path) -> None:
     document["manifest_crc32"] = _crc(manifest)
     document["crc32"] = _crc(document)
     storage.write_text(json.dumps(document))
+
+
+def manifest_version_1(path: Path) -> None:
+    """Make the manifest item of the checkpoint ``path`` one of format version 1, as
+    jaxstruct-orbax wrote before jaxstruct's seal and checksums section."""
+    item = path / "jaxstruct" / "metadata"
+    manifest = json.loads(item.read_text())
+    manifest.pop("seal")
+    manifest.pop("checksums")
+    manifest["version"] = 1
+    item.write_text(json.dumps(manifest))

@@ -23,7 +23,7 @@ from jaxstruct.orbax import _format, _orbax_internals, _read
 from jaxstruct.orbax._units import json_crc
 from jaxstruct.registry import SerializationError
 
-from ._reseal import reseal
+from ._reseal import manifest_version_1, reseal
 from .test_multiprocess import _all_ok, _finish, _start
 
 
@@ -282,6 +282,7 @@ def test_a_checkpoint_without_checksums_still_restores(tmp_path: Path) -> None:
     for key in ("crc32", "manifest_crc32", "checksums"):
         del document[key]
     storage.write_text(json.dumps(document))
+    manifest_version_1(path)
     for target in _targets():
         assert _same(jio.load(path, target=target))
     assert verify_report(path) == ([], False)

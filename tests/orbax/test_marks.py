@@ -22,7 +22,7 @@ from jaxstruct.orbax import OrbaxFormat, _format, _orbax_internals
 from jaxstruct.orbax._stores import committed
 from jaxstruct.registry import SerializationError
 
-from ._reseal import reseal
+from ._reseal import manifest_version_1, reseal
 
 # 8 KiB of float32: stored out of line (OCDBT keeps values under 1 KiB in its tree nodes,
 # whose own CRC-32Cs would find a flipped byte before the format's checks do).
@@ -231,6 +231,7 @@ def test_a_checkpoint_without_checksums_or_marks_loads_unchecked(copy: Path) -> 
         del document[key]
     file.write_text(json.dumps(document))
     shutil.rmtree(copy / "jaxstruct_checksums_0")
+    manifest_version_1(copy)
     for target in _targets():
         assert _same(jio.load(copy, target=target))
     assert _opened(copy).arrays_checked is False

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.orbax import _format, _read
 from jaxstruct.registry import SerializationError
 
-from ._reseal import reseal
+from ._reseal import manifest_version_1, reseal
 
 
 @pytest.fixture
@@ -174,6 +174,7 @@ def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> Non
     for key in ("checksums", "manifest_crc32", "crc32"):  # those checkpoints had no checksums
         del document[key]
     storage.write_text(json.dumps(document))
+    manifest_version_1(path)
     sharding = NamedSharding(jax.make_mesh((2, 4), ("a", "b")), P(None, ("a", "b")))
     target = {"w": jax.ShapeDtypeStruct((64, 16), np.float32, sharding=sharding)}
     np.testing.assert_array_equal(np.asarray(jio.load(path, target=target)["w"]), data)

@@ -22,7 +22,9 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.io._inspect import verify_report
 from jaxstruct.registry import SerializationError
 from jaxstruct.safetensors import _checksums, _write
-from jaxstruct.safetensors._checksums import CHECKSUMS_KEY, MARK_KEY
+from jaxstruct.safetensors._checksums import CHECKSUMS_KEY
+
+from ._older import older
 
 PIECE = 64  # small pieces, so that small tensors span many of them
 
@@ -149,13 +151,13 @@ def test_files_without_checksums_still_load(tmp_path: Path) -> None:
     assert got["w"].sum() == 6
     ours = jio.export(_value(), tmp_path / "ours.safetensors")
     header = _header(ours)
-    del header["__metadata__"][CHECKSUMS_KEY], header["__metadata__"][MARK_KEY]
+    older(header["__metadata__"])
     data = ours.read_bytes()[8 + struct.unpack("<Q", ours.read_bytes()[:8])[0] :]
     text = json.dumps(header).encode()
-    older = tmp_path / "older.safetensors"
-    older.write_bytes(struct.pack("<Q", len(text)) + text + data)
-    assert _same(jio.load(older), _value())
-    assert verify_report(older) == ([], False)  # "no checksums, a changed byte goes unnoticed"
+    earlier = tmp_path / "older.safetensors"
+    earlier.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    assert _same(jio.load(earlier), _value())
+    assert verify_report(earlier) == ([], False)  # "no checksums, a changed byte goes unnoticed"
 
 
 def test_verify_checks_every_tensor(tmp_path: Path) -> None:

@@ -37,29 +37,10 @@ def _docs_minimum() -> types.ModuleType:
     return module
 
 
-ISSUE_45 = pytest.mark.xfail(
-    strict=True,
-    reason="jaxstruct checksums the arrays and seals the manifest of a format that keeps no "
-    "checksums of its own (issue 45, built in parallel); remove this mark when it is merged",
-)
-
-
 class TestDocsMinimum(FormatTests):
     """A format with only write, sniff, open and read_arrays, as docs/plugins.md writes it."""
 
     format = _docs_minimum().RawDirFormat()
-
-    @ISSUE_45
-    def test_damaged_checkpoints_never_load_as_other_data(self, tmp_path: Path) -> None:
-        super().test_damaged_checkpoints_never_load_as_other_data(tmp_path)
-
-    @ISSUE_45
-    def test_damaged_array_data_is_found(self, tmp_path: Path) -> None:
-        super().test_damaged_array_data_is_found(tmp_path)
-
-    @ISSUE_45
-    def test_a_damaged_manifest_is_found(self, tmp_path: Path) -> None:
-        super().test_a_damaged_manifest_is_found(tmp_path)
 
 
 def _suite() -> tuple[str, list[str]]:

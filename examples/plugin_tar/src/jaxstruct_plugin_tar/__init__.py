@@ -130,6 +130,9 @@ class TarFormat(Format):
     name = "tar"
     suffixes = (".tar",)
     is_directory = False
+    # Every member carries its CRC-32 and every read checks it (a member without one is
+    # refused), so jaxstruct need not keep checksums of its own for this format.
+    checks_arrays = True
 
     def write(
         self,
@@ -259,6 +262,7 @@ class _TarCheckpoint(OpenedCheckpoint):
         self.stored_manifest = manifest  # every archive of this format holds one
         self.where = where
         self.checksum_scheme = "CRC-32 of every member, the manifest's included"
+        self.arrays_checked = True  # no member is read without its CRC-32 (see _names)
 
     def close(self) -> None:
         self.handle.close()

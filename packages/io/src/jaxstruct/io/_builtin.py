@@ -114,7 +114,7 @@ def _checked_manifest(data: bytes, where: str, *, check: bool = True) -> bytes:
                 "was written; restore the checkpoint from a copy (after editing it on purpose, "
                 'delete its last member, "checksum")'
             )
-    return data[:end] + b"}"  # one copy: a big manifest's costs more than its CRC
+    return data[:end] + b"}\n"  # as written (one copy: a big manifest's costs more than its CRC)
 
 
 #: The manifests this process wrote, by identity (device, inode, size, modification
@@ -173,6 +173,7 @@ class DirectoryFormat(Format):
     suffixes = ()
     is_directory = True
     also_reads = ("zip",)  # an unzipped .zip checkpoint is a directory checkpoint
+    checks_arrays = True  # every member's CRC-32, checked on every read
 
     def write(
         self,
@@ -265,6 +266,7 @@ class ZipFormat(Format):
     suffixes = (".zip",)
     is_directory = False
     also_reads = ("directory",)  # a zipped directory checkpoint is a zip checkpoint
+    checks_arrays = True  # every member's CRC-32, checked on every read
 
     def write(
         self,

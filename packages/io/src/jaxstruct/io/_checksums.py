@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ def pieces(shape: tuple[int, ...], itemsize: int, piece: int = PIECE) -> list[Bo
 
 def _as_bytes(block: np.ndarray) -> memoryview:
     """The C-order bytes of ``block`` (a view when it is C-contiguous, else a copy)."""
-    return memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
+    return memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
 
 
 def _slices(box: Box) -> tuple[slice, ...]:
@@ -145,10 +145,12 @@ def _holder(arr: Any) -> _Holder:
     return _Holder(list(zip(seen, datas, strict=True)), complete)
 
 
-def _crcs_of(holder: _Holder, dtype: np.dtype, shape: tuple[int, ...]) -> list[int | None]:
+def _crcs_of(
+    holder: _Holder, dtype: np.dtype, shape: tuple[int, ...], piece: int
+) -> list[int | None]:
     """The CRC-32 of every piece, several pieces per task on the worker pool."""
     itemsize = dtype.itemsize
-    boxes = pieces(shape, itemsize)
+    boxes = pieces(shape, itemsize, piece)
     if len(boxes) <= _PIECES_PER_TASK:
         return [holder.crc(box, itemsize) for box in boxes]
     batches = [boxes[i : i + _PIECES_PER_TASK] for i in range(0, len(boxes), _PIECES_PER_TASK)]
@@ -186,6 +188,7 @@ def _crcs(
     arrays: Mapping[str, Any],
     specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
     where: str,
+    piece: int,
 ) -> dict[str, list[int]]:
     """The CRC-32 of every piece of every array, one array at a time (a host copy of one
     array's shards at most); every process's parts merged where several hold an array.
@@ -197,7 +200,7 @@ def _crcs(
     shared: list[str] = []
     for key, arr in arrays.items():
         holder = _holder(arr)
-        partial[key] = _crcs_of(holder, *specs[key])
+        partial[key] = _crcs_of(holder, *specs[key], piece)
         if not holder.complete:
             shared.append(key)
         del holder
@@ -213,16 +216,16 @@ def _crcs(
                 [int(p[key][i], 16) if p[key][i] else None for p in everyone],
                 math.prod(b - a for a, b in box) * dtype.itemsize,
             )
-            for i, box in enumerate(pieces(shape, dtype.itemsize))
+            for i, box in enumerate(pieces(shape, dtype.itemsize, piece))
         ]
     return out
 
 
-def checksums_of(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
+def checksum_arrays(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The manifest's ``checksums`` section for ``arrays`` (computed in every process of a
     multi-process run, together): the CRC-32 of every piece of every array."""
     specs = {key: (np.dtype(arr.dtype), tuple(arr.shape)) for key, arr in arrays.items()}
-    crcs = _crcs("checksums", arrays, specs, where)
+    crcs = _crcs("checksums", arrays, specs, where, PIECE)
     return {
         "by": "jaxstruct",
         "piece": PIECE,
@@ -231,10 +234,20 @@ def checksums_of(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 class Expected:
-    """The CRC-32s a manifest records for its arrays, checked against what was read."""
+    """The CRC-32s a manifest records for its arrays, checked against what was read.
 
-    def __init__(self, section: Mapping[str, Any], table: Mapping[str, Any], where: str) -> None:
+    ``names`` gives each array's tree path, for messages (called only on a failure).
+    """
+
+    def __init__(
+        self,
+        section: Mapping[str, Any],
+        table: Mapping[str, Any],
+        where: str,
+        names: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
         self.where = where
+        self.names = names
         self.piece = int(section["piece"])
         stored = section["crc32"]
         if set(stored) != set(table):
@@ -253,19 +266,21 @@ class Expected:
                     f"(expected {count} CRC-32s); restore the checkpoint from a copy"
                 )
 
-    def check(self, arrays: Mapping[str, Any], names: Mapping[str, str], who: str) -> None:
+    def check(self, arrays: Mapping[str, Any], who: str) -> None:
         """Raise naming the file, the array and the first bad piece unless every array of
-        ``arrays`` has the recorded CRC-32s (every process checks its part, together)."""
+        ``arrays`` has the recorded CRC-32s (every process checks its part, together);
+        ``who`` names the format that read them."""
         specs = {k: (np.dtype(self.table[k].dtype), tuple(self.table[k].shape)) for k in arrays}
-        found = _crcs("checksums-check", arrays, specs, self.where)
+        found = _crcs("checksums-check", arrays, specs, self.where, self.piece)
         for key, crcs in found.items():
             text = self.crcs[key]
-            boxes = pieces(specs[key][1], specs[key][0].itemsize)
+            boxes = pieces(specs[key][1], specs[key][0].itemsize, self.piece)
             for i, crc in enumerate(crcs):
                 stored = int(text[8 * i : 8 * i + 8], 16)
                 if crc != stored:
+                    name = self.names().get(key, key)
                     raise SerializationError(
-                        f"{self.where}: array {names.get(key, key)!r} ({key}) does not match "
+                        f"{self.where}: array {name!r} ({key}) does not match "
                         f"its checksum at piece {i} of {len(crcs)} (elements "
                         f"{_box_text(boxes[i])}; stored crc32 {stored:08x}, read {crc:08x}): "
                         f"the file was damaged after it was written, or {who} read it wrong; "

@@ -19,8 +19,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxstruct`` command; return the exit status.
 
     ``jaxstruct inspect``: ``0``: done (and with ``--verify``, every member is
-    sound); ``1``: ``--verify`` found bad members (each is named on stderr);
-    ``2``: the checkpoint could not be read. ``jaxstruct plugins``: ``0``: every
+    sound, checked against its checksums); ``1``: ``--verify`` found bad members
+    (each is named on stderr); ``2``: the checkpoint could not be read; ``3``:
+    ``--verify`` read every array but could check nothing (the checkpoint carries
+    no checksums: another tool wrote it, or jaxstruct before checksums).
+    ``jaxstruct plugins``: ``0``: every
     installed plugin is loaded or disabled on purpose; ``1``: a plugin failed, or
     clashes with another (each is listed with why). Output cut short by its
     reader (``| head``) ends the command quietly.
@@ -110,7 +113,9 @@ def _inspect(args: argparse.Namespace) -> int:
             )
     for problem in problems or ():
         print(f"jaxstruct inspect: bad member: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    if problems:
+        return 1
+    return 3 if problems is not None and not checksummed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

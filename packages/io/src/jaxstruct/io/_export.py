@@ -19,11 +19,13 @@ from jaxstruct.registry import SerializationError
 
 from . import _async
 from ._async import ExportHandle
+from ._checksums import checksum_arrays
 from ._contract import check_written
 from ._encode import dump_manifest, encode_state
 from ._formats import Format, PendingWrite
 from ._plugins import current_registry
 from ._publish import Publication, step
+from ._schema import BY_FORMAT
 
 _COMPRESSIONS = ("auto", "deflate", "none")
 
@@ -220,11 +222,17 @@ def suffix_hint(registry: Any) -> str:
 
 def encode_value(obj: Any, publication: Publication) -> tuple[bytes, dict[str, Any]]:
     """The manifest and the arrays of ``obj``, all encoded before the disk is touched: a
-    value that cannot be represented fails here, and nothing is written."""
+    value that cannot be represented fails here, and nothing is written.
+
+    The manifest records how its arrays are checked: by the format itself (one that
+    ``checks_arrays``: jaxstruct-io's own, safetensors, orbax), or by jaxstruct's CRC-32 of
+    every piece of every array, computed here (step "checksum the arrays")."""
     state = encode_state(obj)
-    manifest = dump_manifest(state, publication.fmt.name)
     arrays: dict[str, Any] = state["array_data"]
     publication.refuse_unheld(arrays)
+    fmt = publication.fmt
+    checksums = BY_FORMAT if fmt.checks_arrays else checksum_arrays(arrays, publication.where)
+    manifest = dump_manifest(state, fmt.name, checksums)
     step("encoded")
     return manifest, arrays
 
@@ -243,7 +251,7 @@ def write_and_publish(
         try:
             write_temporary(publication, at, manifest, arrays, compression)
             if not publication.own and publication.checks_written(at):
-                check_written(publication.fmt, at, manifest, replacing=publication.found)
+                check_written(publication.fmt, at, manifest)
         except BaseException as err:
             error = err
     publication.finish(at, error)

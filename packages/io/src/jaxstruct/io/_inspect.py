@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from ._contract import call_format, read_checked, source_of
+from ._contract import call_format, expected_checks, read_checked, source_of
 from ._decode import struct_kinds_ok
 from ._formats import CHECKSUMS_NOT_STATED, ArraySpec, Format, OpenedCheckpoint, local_or_url
 from ._load import open_any
@@ -41,7 +41,7 @@ from ._nodes import (
     children,
     key_label,
 )
-from ._schema import check_arrays_table, clip, limits_from_kwargs
+from ._schema import BY_FORMAT, check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -110,6 +110,11 @@ class CheckpointInfo:
         if self.note:
             lines.append(f"note: {self.note}")
         return "\n".join([*lines, self.tree])
+
+
+def _piece_size(n: int) -> str:
+    """A piece size (a power of two, 4 KiB to 1 GiB) in words: ``1 MiB``."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _size(n: float) -> str:
@@ -280,7 +285,7 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     where = repr(str(target))
     fmt, opened, top = open_any(target, lim)
     try:
-        checksums = _checksums_of(opened)
+        checksums = _checksums_of(opened, top)
         if top is None:
             return _without_manifest(target, fmt, opened, checksums, where)
     finally:
@@ -310,11 +315,21 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     )
 
 
-def _checksums_of(opened: OpenedCheckpoint) -> str:
-    """The opened checkpoint's ``checksum_scheme`` (a format that sets none, or not a
+def _checksums_of(opened: OpenedCheckpoint, top: dict[str, Any] | None) -> str:
+    """What protects the stored bytes: jaxstruct's CRC-32s of a plugin format's arrays
+    where the manifest records them (and what the format states of its own, if anything),
+    else the opened checkpoint's ``checksum_scheme`` (a format that sets none, or not a
     string, does not state it)."""
     stated = getattr(opened, "checksum_scheme", CHECKSUMS_NOT_STATED)
-    return clip(stated, 200) if isinstance(stated, str) and stated else CHECKSUMS_NOT_STATED
+    stated = clip(stated, 200) if isinstance(stated, str) and stated else CHECKSUMS_NOT_STATED
+    section = None if top is None else top.get("checksums")
+    if not (isinstance(section, dict) and section.get("by") == "jaxstruct"):
+        return stated
+    ours = (
+        f"CRC-32 of every {_piece_size(section['piece'])} piece of every array and of the "
+        "manifest, kept by jaxstruct"
+    )
+    return ours if stated == CHECKSUMS_NOT_STATED else f"{ours}; the format's own: {stated}"
 
 
 _FLAT_NOTE = (
@@ -389,8 +404,10 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     read and checked against the format's table of them.
 
     Returns:
-        One message per bad member (``[]`` when sound), and whether stored checksums
-        were checked (a format without them has its arrays read, one at a time).
+        One message per bad member (``[]`` when sound), and whether checksums were
+        checked: the format's own, or jaxstruct's CRC-32s of a plugin format's arrays
+        (``False``: a checkpoint carrying none, written by another tool or before
+        checksums, has its arrays read one at a time and nothing more).
 
     Example:
         >>> import tempfile, numpy as np
@@ -409,15 +426,21 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
         else:
             table = check_arrays_table(top["arrays"], where, lim)
             specs = {k: ArraySpec(*v) for k, v in table.items()}
-        checked = opened.verify(specs)
-        if checked is not None:
-            return list(checked), True
+        try:
+            checks = None if top is None else expected_checks(fmt, opened, top, specs, where)
+        except SerializationError as err:  # this file lost the checksums its manifest names
+            return [str(err)], True
+        if checks is None:
+            verified = opened.verify(specs)
+            if verified is not None:
+                return list(verified), True
         problems: list[str] = []
         for key in specs:
             try:
-                read_checked(fmt, opened, specs, {key: None}, where)
+                read_checked(fmt, opened, specs, {key: None}, where, checks=checks)
             except SerializationError as err:
                 problems.append(str(err))
-        return problems, False
+        by_format = top is not None and top.get("checksums") == BY_FORMAT
+        return problems, checks is not None or (by_format and opened.arrays_checked)
     finally:
         opened.close()

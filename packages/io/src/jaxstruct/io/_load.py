@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from jaxstruct.registry import SerializationError, StructError
 
 from . import _multihost
-from ._contract import format_failed, read_checked, source_of
+from ._contract import expected_checks, format_failed, read_checked, source_of
 from ._decode import Resolver, decode_state, outside_selection, undecoded_codec
 from ._export import FILE_SUFFIXES, suffix_hint, unknown_format
 from ._formats import ArraySpec, Format, OpenedCheckpoint, identity, local_or_url, stat_identity
@@ -146,7 +146,7 @@ def load(
             resolver=resolver,
             limits=lim,
         )
-        arrays = read_arrays(fmt, opened, table, plan.wanted, where)
+        arrays = read_arrays(fmt, opened, top, table, plan.wanted, where=where)
     finally:
         opened.close()
     value = decode_value(manifest, table, arrays, plan, resolver=resolver, limits=lim, where=where)
@@ -311,13 +311,21 @@ def _selected_keys(
 
 
 def read_arrays(
-    fmt: Format, opened: OpenedCheckpoint, table: dict[str, ArraySpec], wanted: Any, where: str
+    fmt: Format,
+    opened: OpenedCheckpoint,
+    top: dict[str, Any],
+    table: dict[str, ArraySpec],
+    wanted: Any,
+    *,
+    where: str,
 ) -> dict[str, Any]:
     """Read the ``wanted`` arrays; a format not jaxstruct-io's own is checked (``_contract``:
-    every wanted array, with the stored shape and dtype)."""
-    if not current_registry().is_own(fmt):
-        return read_checked(fmt, opened, table, wanted, where)
-    return opened.read_arrays(table, wanted)
+    every wanted array, with the stored shape and dtype, and against the CRC-32s the
+    manifest records for a format that keeps none of its own)."""
+    if current_registry().is_own(fmt):
+        return opened.read_arrays(table, wanted)
+    checks = expected_checks(fmt, opened, top, table, where)
+    return read_checked(fmt, opened, table, wanted, where, checks=checks)
 
 
 # -- 6. decode ----------------------------------------------------------------------------

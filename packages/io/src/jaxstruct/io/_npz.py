@@ -90,6 +90,7 @@ class NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
     checksum_scheme = "CRC-32 of every member, the manifest's included"
+    arrays_checked = True  # a zip member's CRC-32 is always there, and every read checks it
 
     def __init__(
         self,

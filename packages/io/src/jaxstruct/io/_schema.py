@@ -296,8 +296,7 @@ def parse_manifest(data: bytes, where: str, *, check_seal: bool = True) -> dict[
     value = parse_json(body, where, "manifest")
     if not isinstance(value, dict) or value.get("format") != MARKER:
         raise SerializationError(f"{where}: not a jaxstruct manifest (no 'format': 'jaxstruct')")
-    version = value.get("version")
-    check_version(version, where)
+    version = check_version(value.get("version"), where)
     if version >= 2 and not sealed and check_seal:
         raise SerializationError(
             f'{where}: the manifest has lost its seal (its last member, "seal", which '
@@ -340,8 +339,8 @@ def _check_checksums_section(section: object, where: str) -> None:
 _PIECE_SIZES = frozenset(1 << n for n in range(12, 31))
 
 
-def check_version(version: object, where: str) -> None:
-    """Raise unless ``version`` is a format version this reader understands."""
+def check_version(version: object, where: str) -> int:
+    """``version``, or raise unless it is a format version this reader understands."""
     if type(version) is not int:
         raise SerializationError(f"{where}: format version must be an int, got {version!r}")
     if version > FORMAT_VERSION:
@@ -351,6 +350,7 @@ def check_version(version: object, where: str) -> None:
         )
     if version < 1:
         raise SerializationError(f"{where}: unknown format version {version}")
+    return version
 
 
 def check_arrays_table(

@@ -139,13 +139,16 @@ class FormatTests:
             raise self._broken(f"{what} come back exactly as exported", found, fix)
         return back
 
-    def _exported_and_loaded(self, value: Any, path: Path, what: str, **kw: Any) -> Any:
-        """``load(export(value))``; an error of either names the promise it breaks."""
+    def _exported_and_loaded(
+        self, value: Any, path: Path, what: str, promise: str = "", **kw: Any
+    ) -> Any:
+        """``load(export(value))``; an error of either (export reads back and checks what
+        the format wrote) names the promise it breaks."""
         try:
             return self._load(self._export(value, path, **kw))
         except (StructError, OSError) as err:
             raise self._broken(
-                f"{what} come back exactly as exported",
+                promise or f"{what} come back exactly as exported",
                 f"{type(err).__name__}: {err}",
                 "see the error: write() must store, and open()/read_arrays() give back, "
                 "everything export handed it",
@@ -182,7 +185,8 @@ class FormatTests:
         export leaves the caller's arrays as they were."""
         value = dtype_samples()
         before = {name: arr.tobytes() for name, arr in value.items()}
-        back = self._exported_and_loaded(value, self._path(tmp_path), "arrays of every dtype")
+        promise = "arrays of every dtype jaxstruct stores come back with that dtype and bits"
+        back = self._exported_and_loaded(value, self._path(tmp_path), "", promise)
         changed = [name for name, arr in value.items() if arr.tobytes() != before[name]]
         if changed:
             raise self._broken(
@@ -194,7 +198,7 @@ class FormatTests:
         wrong = {name: problem for name, problem in wrong.items() if problem}
         if wrong:
             raise self._broken(
-                "arrays of every dtype jaxstruct stores come back with that dtype and bits",
+                promise,
                 "; ".join(wrong.values()),
                 "store each array's raw bytes (arr.view(numpy.uint8) of a contiguous copy) and "
                 "read them into empty_array(spec, order); never convert the dtype",
@@ -431,9 +435,11 @@ class FormatTests:
         import gc
         import warnings
 
-        path = self._export({"a": np.arange(5.0), "b": np.ones(3, np.int8)}, self._path(tmp_path))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
+            # (export opens what it wrote, to check it, and closes it as a load does)
+            value = {"a": np.arange(5.0), "b": np.ones(3, np.int8)}
+            path = self._export(value, self._path(tmp_path))
             self._load(path)  # (the first load may start jaxstruct's worker threads)
             gc.collect()
             fds = _open_fds()
