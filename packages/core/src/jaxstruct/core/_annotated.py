@@ -81,10 +81,11 @@ class LateConstraints(Constraint):
         return self._found
 
     def explain(self, value: Any) -> str | None:
-        for constraint in self.constraints():
+        found = self.constraints()
+        for constraint in found:
             why = constraint.explain(value)
             if why is not None:
-                return f"{constraint!r}: {why}"
+                return why if len(found) == 1 else f"{constraint!r}: {why}"
         return None
 
     def _key(self) -> tuple[Any, ...]:

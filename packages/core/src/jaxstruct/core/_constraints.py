@@ -74,8 +74,10 @@ def _eps(array: np.ndarray) -> float:
         return 0.0
     try:
         return float(np.finfo(array.dtype).eps)
-    except (TypeError, ValueError):  # ml_dtypes without finfo support: bfloat16's own
-        return 2.0**-7
+    except (TypeError, ValueError):  # NumPy has no finfo of ml_dtypes' types (bfloat16)
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(array.dtype).eps)
 
 
 def _number(value: float) -> str:
@@ -279,13 +281,26 @@ def _square(value: Any) -> str | None:
     return None
 
 
-def _asymmetry(array: np.ndarray) -> tuple[float, float]:
-    """The largest ``|a - aᵀ|`` of ``array``'s matrices, and the tolerance it is held to."""
+def _asymmetry(array: np.ndarray) -> float | None:
+    """The largest ``|a - aᵀ|`` of ``array``'s matrices beyond rounding, or ``None`` if none.
+
+    Entries equal to their mirror (NaN to NaN, inf to inf included) are
+    symmetric; others may differ by a few ulps of the matrix's largest entry
+    (a matrix computed as ``A @ B @ A.T`` is symmetric to rounding).
+    """
     wide = _wide(array)
-    gap = float(np.max(np.abs(wide - np.swapaxes(wide, -1, -2)), initial=0.0))
-    scale = float(np.max(np.abs(wide), initial=0.0))
-    # Rounding: a matrix computed as A @ B.T + ... is symmetric to a few ulps of its entries.
-    return gap, 8 * _eps(array) * scale
+    mirror = np.swapaxes(wide, -1, -2)
+    with np.errstate(invalid="ignore"):
+        equal = (wide == mirror) | (np.isnan(wide) & np.isnan(mirror))
+        if bool(np.all(equal)):
+            return None
+        finite = np.isfinite(wide) & np.isfinite(mirror)
+        if not bool(np.all(equal | finite)):
+            return math.inf
+        gap = float(np.max(np.abs(np.where(equal, 0.0, wide - mirror)), initial=0.0))
+        scale = float(np.max(np.abs(np.where(finite, wide, 0.0)), initial=0.0))
+    # Rounding: a product is symmetric to a few ulps of its entries.
+    return gap if gap > 16 * _eps(array) * scale else None
 
 
 class Symmetric(Constraint):
@@ -299,9 +314,8 @@ class Symmetric(Constraint):
         wrong = _square(value)
         if wrong is not None or is_traced(value):
             return wrong
-        array = _array(value)
-        gap, tolerance = _asymmetry(array)
-        if not gap <= tolerance:
+        gap = _asymmetry(_array(value))
+        if gap is not None:
             return f"is not symmetric (largest |a - a.T| is {_number(gap)})"
         return None
 
@@ -326,8 +340,8 @@ class PositiveDefinite(Constraint):
         wide = _wide(array)
         if not np.all(np.isfinite(wide)):
             return "has NaN or infinite entries"
-        gap, tolerance = _asymmetry(array)
-        if not gap <= tolerance:
+        gap = _asymmetry(array)
+        if gap is not None:
             return f"is not symmetric (largest |a - a.T| is {_number(gap)})"
         if wide.size == 0:
             return None
@@ -370,7 +384,7 @@ class Simplex(Constraint):
             return f"has negative entries (smallest {_number(float(np.min(wide)))})"
         sums = np.sum(wide, axis=-1)
         tolerance = 4 * shape[-1] * _eps(array)
-        off = float(np.max(np.abs(sums - 1)))
+        off = float(np.max(np.abs(sums - 1), initial=0.0))
         if not off <= tolerance:
             worst = float(np.ravel(sums)[int(np.argmax(np.abs(np.ravel(sums) - 1)))])
             return f"has entries summing to {_number(worst)}, not 1"

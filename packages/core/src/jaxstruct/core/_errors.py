@@ -167,4 +167,4 @@ def traced_check_message(cls: type, field: str | None, hook: Any, err: BaseExcep
         what = f"{cls.__qualname__}.{field}: validator {name!r}"
     else:
         what = f"{cls.__qualname__}: {name}"
-    return f"{what} cannot run on a traced value ({type(err).__name__}). {TRACED_CHECK_HELP}"
+    return f"{what} cannot run on a traced value ({type(err).__name__}).\n{TRACED_CHECK_HELP}"

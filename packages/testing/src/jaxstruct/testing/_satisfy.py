@@ -148,25 +148,34 @@ def _elements_cached(name: str, checks: Checks, finite_only: bool) -> st.SearchS
     bounds = _float_range(name, checks)
     assert bounds is not None
     lo, hi = bounds
-    if name == "bfloat16":
-        # Drawn as float32 on bfloat16's grid bounds, then rounded to nearest: a
-        # value between two grid points stays between them.
-        import ml_dtypes
-
-        big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-        lo = -big if lo is None and finite_only else lo
-        hi = big if hi is None and finite_only else hi
-        if lo is None and hi is None:
+    if lo is None and hi is None and not finite_only:
+        if name == "bfloat16":
             return None  # any bit pattern: _plain draws uint16 bits
-    elif lo is None and hi is None and not finite_only:
         return _full_floats(width)
-    return st.floats(
-        min_value=lo,
-        max_value=hi,
+    # An open side is closed at the dtype's largest value: st.floats(width=16)
+    # would draw 64-bit floats and reject those that overflow (most of them).
+    # bfloat16 is drawn as float32 between bounds on its grid, then rounded to
+    # nearest: a value between two grid points stays between them.
+    big = _largest(name)
+    finite = st.floats(
+        min_value=-big if lo is None else lo,
+        max_value=big if hi is None else hi,
         allow_nan=False,
-        allow_infinity=False if finite_only else None,
+        allow_infinity=False,
         width=width,  # type: ignore[arg-type]
     )
+    if finite_only or (lo is not None and hi is not None):
+        return finite
+    # The open side's infinity (NaN is outside any bound).
+    return finite | st.just(-math.inf if lo is None else math.inf)
+
+
+def _largest(name: str) -> float:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return float(np.finfo(np.dtype(name)).max)
 
 
 def _elements(name: str, checks: Checks, finite_only: bool) -> st.SearchStrategy[Any] | None:
@@ -182,7 +191,11 @@ def _elements(name: str, checks: Checks, finite_only: bool) -> st.SearchStrategy
 
 @functools.lru_cache(maxsize=1024)
 def array_strategy(name: str, shape: tuple[int, ...], elements: Any) -> st.SearchStrategy[Any]:
-    """``hnp.arrays`` of one dtype, shape and elements, built (and validated) once."""
+    """``hnp.arrays`` of one dtype, shape and elements, built (and validated) once.
+
+    (A tuple of elements per array draws no faster, and shrinks far slower:
+    ``hnp.arrays`` lowers many elements in one step.)
+    """
     return hnp.arrays(np.dtype(name), shape, elements=elements)
 
 

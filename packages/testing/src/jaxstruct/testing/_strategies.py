@@ -735,6 +735,8 @@ def nested_structs(draw: Callable[..., Any], cls: type) -> Any:
 
 
 def _array_dims(annotation: Any) -> tuple[Any, ...] | None:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     request = array_request(annotation)
     return None if request is None else request.dims
 
