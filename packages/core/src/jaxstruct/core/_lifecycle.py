@@ -131,18 +131,21 @@ def _validate(obj: Any, layout: Layout, source: Any = None) -> None:
     if layout.validated:
         table = layout.resolve()["validators"]
         for spec in layout.validated:
-            value = getattr(obj, spec.name)
-            if source is not None and value is getattr(source, spec.name, MISSING):
+            name = spec.name
+            value = getattr(obj, name)
+            if source is not None and value is getattr(source, name, MISSING):
                 continue
-            for fn, takes_self in table[spec.name]:
+            for fn, takes_self in table[name]:
                 try:
                     result = fn(obj, value) if takes_self else fn(value)
-                    ok = result is None or _truthy(result)
+                    if result is True or result is None:
+                        continue
+                    ok = _truthy(result)
                 except TRACER_ERRORS as err:
-                    raise TracedCheckError(traced_check_message(cls, spec.name, fn, err)) from err
+                    raise TracedCheckError(traced_check_message(cls, name, fn, err)) from err
                 except Exception as err:
                     reason = f"{_validator(fn)} raised {type(err).__name__}: {err}"
-                    attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+                    attach_refusal(err, Refusal(cls, name, "validator", reason, fn))
                     raise
                 if not ok:
                     reason = _rejection(fn, value)
