@@ -187,7 +187,9 @@ class Struct(metaclass=StructMeta):
         """Return a copy with some fields changed, running the lifecycle again.
 
         Converters run on the changed values; derived fields, ``__post_init__``,
-        validators and ``__check_init__`` run as in construction. The user's own
+        validators and ``__check_init__`` run as in construction, except that
+        the validators (and static checks) of fields still holding this
+        instance's values are not run again. The user's own
         ``__init__`` is not called. ``InitVar`` arguments are passed like fields
         (``replace(x=1, flag=True)``) and reach ``__post_init__``; those not
         given take their defaults, and one without a default must be given.
@@ -195,6 +197,7 @@ class Struct(metaclass=StructMeta):
         Raises:
             TypeError: a name is not a field, or is a derived field.
             ValidationError: a validator or static-field check fails.
+            TracedCheckError: a check read the value of a traced array (under ``jit``).
 
         Example:
             >>> import jaxstruct.core as js
@@ -237,7 +240,7 @@ class Struct(metaclass=StructMeta):
                 if value is not MISSING:
                     _osa(new, name, value)
         if layout.has_hooks:
-            finish(new, layout, initvars=initvars)
+            finish(new, layout, initvars=initvars, source=self)
         else:
             for name in layout.static_checked:
                 if name in changes:
