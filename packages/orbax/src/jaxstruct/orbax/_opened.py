@@ -130,9 +130,37 @@ class OrbaxCheckpoint(OpenedCheckpoint):
         check_unchanged(self.path, self.pinned, self.where)  # read from the opened one
         return out
 
-    def _read_arrays(
-        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def check_members(self, table: Mapping[str, ArraySpec]) -> None:
+        """Raise unless the arrays item holds every non-empty array of ``table``, each
+        stored with the shape and dtype its layout gives and, in a checkpoint with unit
+        records, covered exactly by its units. Opens each array's store (its metadata),
+        reads no array data: what export asks before it publishes what it wrote."""
+        tensorstore_ran()
+        storage, stored = self._members(table)
+        if not stored:
+            return
+        names = [self._name(key) for key in stored]
+        try:
+            opening = open_array_stores(
+                self.path / ARRAYS, names, use_zarr3=self.use_zarr3, cache_bytes=0
+            )
+            opened = {key: opening[self._name(key)].result() for key in stored}
+        except Exception as err:  # tensorstore's own errors: ours, naming the checkpoint
+            raise self._read_failure(err) from err
+        for key, store in opened.items():
+            shape, dtype = storage[key]
+            self._check_store(key, store, shape, dtype)
+            if self.units is not None and not _covers(self.units.get(key, []), tuple(shape)):
+                raise SerializationError(
+                    f"{self.where}: the unit checksums of array {self._name(key)!r} do not "
+                    "cover it exactly: the checkpoint is corrupt; restore it from a copy"
+                )
+
+    def _members(
+        self, table: Mapping[str, ArraySpec]
+    ) -> tuple[dict[str, tuple[Any, np.dtype]], dict[str, tuple[tuple[int, ...], str]]]:
+        """Each array's storage shape and dtype, and those of the stored (non-empty)
+        arrays, checked against each other and against the storage item."""
         unknown = sorted(set(self.layouts) - set(table))[:5]
         if unknown:
             raise SerializationError(
@@ -164,6 +192,12 @@ class OrbaxCheckpoint(OpenedCheckpoint):
                     f"{self.where}: array {key!r} is stored with shape {shape} and dtype "
                     f"{dtype}, but the manifest says {want_shape} and {want_dtype}"
                 )
+        return storage, stored
+
+    def _read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        storage, stored = self._members(table)
         out: dict[str, Any] = {}
         to_read = {k: p for k, p in wanted.items() if k in stored}
         for key in wanted:
@@ -204,23 +238,28 @@ class OrbaxCheckpoint(OpenedCheckpoint):
         for key, placement in wanted.items():
             store = opening[self._name(key)].result()
             shape, dtype = storage[key]
-            if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
-                raise SerializationError(
-                    f"{self.where}: array {self._name(key)!r} is stored with shape "
-                    f"{tuple(store.shape)} and dtype {store.dtype.numpy_dtype}, but the manifest "
-                    f"says {tuple(shape)} and {dtype}: the checkpoint is corrupt; restore it "
-                    "from a copy"
-                )
-            if self.units is None and self.arrays_checked and not _has_crc32c(store):
-                raise SerializationError(
-                    f"{self.where}: array {self._name(key)!r} is stored without the crc32c "
-                    "codec this checkpoint's storage item promises: the checkpoint is "
-                    "corrupt; restore it from a copy"
-                )
+            self._check_store(key, store, shape, dtype)
             view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
             units = None if self.units is None else self.units.get(key, [])
             jobs[key] = Job(store, tuple(shape), placement, view, units)
         return jobs, pace
+
+    def _check_store(self, key: str, store: Any, shape: Any, dtype: np.dtype) -> None:
+        """Raise unless the open ``store`` of ``key`` has the shape and dtype the manifest
+        gives, and the crc32c codec where this checkpoint promises it."""
+        if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
+            raise SerializationError(
+                f"{self.where}: array {self._name(key)!r} is stored with shape "
+                f"{tuple(store.shape)} and dtype {store.dtype.numpy_dtype}, but the manifest "
+                f"says {tuple(shape)} and {dtype}: the checkpoint is corrupt; restore it "
+                "from a copy"
+            )
+        if self.units is None and self.arrays_checked and not _has_crc32c(store):
+            raise SerializationError(
+                f"{self.where}: array {self._name(key)!r} is stored without the crc32c "
+                "codec this checkpoint's storage item promises: the checkpoint is "
+                "corrupt; restore it from a copy"
+            )
 
     def _read_failure(self, err: Exception) -> SerializationError:
         """Our error for a failed read: a unit that fails its check names its array."""
@@ -322,6 +361,18 @@ class CheckedOrbaxCheckpoint(OrbaxCheckpoint):
     def verify(self, table: Mapping[str, ArraySpec]) -> list[str]:
         """Read (and so check) every array, one at a time; one message per bad array."""
         return self.verify_by_reading(table)
+
+
+def _covers(units: Units, shape: tuple[int, ...]) -> bool:
+    """Whether ``units`` lie inside an array of ``shape`` and their sizes add up to its."""
+    inside = all(
+        len(box) == len(shape)
+        and all(0 <= lo <= hi <= n for (lo, hi), n in zip(box, shape, strict=True))
+        for box, _ in units
+    )
+    return inside and sum(math.prod(hi - lo for lo, hi in box) for box, _ in units) == math.prod(
+        shape
+    )
 
 
 def _has_crc32c(store: Any) -> bool:

@@ -343,9 +343,17 @@ class _Opened(OpenedCheckpoint):
             )
         return entry, stored.fortran
 
-    def read_arrays(
-        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def check_members(self, table: Mapping[str, ArraySpec]) -> None:
+        """Raise unless the header holds a tensor for every array of ``table``, of the
+        dtype and shape its manifest entry is stored as (the header's offsets and CRCs
+        were checked when it was opened); reads no tensor data."""
+        if self.stored is None:
+            raise SerializationError(f"{self.where}: the file holds no jaxstruct metadata")
+        self._check_table(table)
+        for key, spec in table.items():
+            self._entry(key, spec)
+
+    def _check_table(self, table: Mapping[str, ArraySpec]) -> None:
         if self.stored is not None:
             extra = sorted(set(self.stored) - set(table))[:5]
             missing = sorted(set(table) - set(self.stored))[:5]
@@ -354,6 +362,11 @@ class _Opened(OpenedCheckpoint):
                     f"{self.where}: the metadata's tensor table and the manifest disagree "
                     f"(unknown: {extra}, missing: {missing})"
                 )
+
+    def read_arrays(
+        self, table: Mapping[str, ArraySpec], wanted: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self._check_table(table)
         out = {}
         fd = self.file.fileno()
         checker = None if self.checksums is None else Checker(self.checksums, self.where)
