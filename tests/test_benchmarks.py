@@ -160,6 +160,24 @@ def test_safetensors_benchmark_runs_and_reports_every_target() -> None:
     assert all(row.rstrip(" |").endswith(("met", "MISSED")) for row in rows[1:]), rows
 
 
+def test_checksums_benchmark_runs_and_reports_every_ratio() -> None:
+    """A tiny run of bench_checksums.py times the docs' format in its three variants and
+    prints the CRC pass's share and four ratios, the two targets with a verdict."""
+    out = _bench("bench_checksums.py", "--gib=0.004", "--rounds=1")
+    assert "The CRC pass alone:" in out
+    table = out.split("### Ratios", 1)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 5, rows  # the heading and four ratios
+    verdicts = [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows[1:]]
+    assert verdicts[:2] in (
+        ["met", "met"],
+        ["met", "MISSED"],
+        ["MISSED", "met"],
+        ["MISSED", "MISSED"],
+    )
+    assert verdicts[2:] == ["shown", "shown"], rows
+
+
 def test_object_store_benchmark_starts_the_tests_server_and_reports_every_row() -> None:
     """A tiny run of bench_object_store.py starts the tests' moto server (its launcher is
     imported from tests/orbax) and prints save and restore time and peak for both sides."""
