@@ -164,7 +164,7 @@ def test_checksums_benchmark_runs_and_reports_every_ratio() -> None:
     """A tiny run of bench_checksums.py times the docs' format in its three variants and
     prints the CRC pass's share and four ratios, the two targets with a verdict."""
     out = _bench("bench_checksums.py", "--gib=0.004", "--rounds=1")
-    assert "The CRC pass alone:" in out
+    assert "The CRC pass alone (median):" in out
     table = out.split("### Ratios", 1)[1]
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 5, rows  # the heading and four ratios
