@@ -141,6 +141,39 @@ def test_constraints_read_jax_and_low_precision_arrays() -> None:
     assert finite(jnp.array([1.0, 2.0])) and not finite(jnp.array([1.0, jnp.inf]))
 
 
+def test_positive_definite_refuses_a_matrix_singular_to_its_dtype() -> None:
+    """A covariance singular but for its dtype's rounding is refused, naming the field and row."""
+    cov = jnp.array([[1, 1], [1, 1 + 2**-22]], jnp.float32)  # definite in float64 only
+    err, why = _refusal(lambda: Gaussian(mean=jnp.zeros(2), cov=cov))
+    assert (why.cls, why.field) == (Gaussian, "cov")
+    assert str(err).startswith(
+        "Gaussian.cov: positive_definite refused float32[2,2]: is singular to float32 rounding: "
+        "row 1 is a linear combination of the rows before it"
+    )
+
+
+def test_positive_definite_judges_rounding_by_the_values_dtype() -> None:
+    """One matrix: definite enough in float64, singular to float16 rounding."""
+    near = np.array([[1, 1], [1, 1 + 2**-10]])
+    assert positive_definite(near)
+    assert not positive_definite(near.astype(np.float16))
+
+
+def test_positive_definite_accepts_variables_of_very_different_scales() -> None:
+    """Rescaling the variables changes nothing: only a row's redundancy counts, not its size."""
+    assert positive_definite(np.diag([1e-20, 1.0]).astype(np.float32))
+    scale = np.diag([1e-6, 1e3])
+    correlated = scale @ np.array([[1, 0.5], [0.5, 1]]) @ scale
+    assert positive_definite(correlated.astype(np.float32))
+
+
+def test_positive_definite_names_the_refused_matrix_of_a_batch() -> None:
+    """A batch of covariances: the refusal says which matrix failed."""
+    covs = np.stack([np.eye(2), -np.eye(2), np.eye(2)])
+    why = positive_definite.explain(covs)
+    assert why == "is not positive definite (matrix [1] of the batch) (smallest eigenvalue -1)"
+
+
 def test_symmetric_allows_rounding_of_a_product() -> None:
     """A matrix computed as A @ B @ A.T is symmetric to rounding, and passes."""
     rng = np.random.default_rng(0)

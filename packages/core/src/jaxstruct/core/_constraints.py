@@ -323,7 +323,15 @@ class Symmetric(Constraint):
 class PositiveDefinite(Constraint):
     """Symmetric positive-definite matrices in the last two axes (a covariance, a precision).
 
-    Checked by a Cholesky factorisation in float64, which NaN and infinity fail.
+    Checked by a Cholesky factorisation in float64, which NaN and infinity
+    fail, and to the precision of the value's own dtype: an ``n x n`` matrix
+    is refused when one of its rows is a linear combination of the rows
+    before it but for at most ``n * eps`` of its variance (a Cholesky pivot
+    not above ``n * eps`` times its diagonal entry; ``eps`` of float32 for a
+    float32 matrix). Such a matrix, singular but for rounding (``A @ A.T`` of
+    a tall ``A``, computed in float32), makes a factorisation in its own
+    dtype fail (NaN under ``jax.jit``). The test is invariant to rescaling
+    the variables: ``diag(1e-20, 1)`` passes.
     """
 
     __slots__ = ()
@@ -345,12 +353,51 @@ class PositiveDefinite(Constraint):
             return f"is not symmetric (largest |a - a.T| is {_number(gap)})"
         if wide.size == 0:
             return None
+        mean = (wide + np.swapaxes(wide, -1, -2)) / 2
         try:
-            np.linalg.cholesky((wide + np.swapaxes(wide, -1, -2)) / 2)
+            factor = np.linalg.cholesky(mean)
         except np.linalg.LinAlgError:
-            smallest = float(np.min(np.linalg.eigvalsh(wide)))
-            return f"is not positive definite (smallest eigenvalue {_number(smallest)})"
-        return None
+            return _indefinite(mean)
+        eps = _eps(array)
+        if eps == 0.0:
+            return None
+        # A pivot over its diagonal entry is 1 - R², R² the share of the row's variance
+        # that the rows before it explain. At most n * eps (the rounding a factorisation
+        # of n rows meets, as numpy's matrix_rank counts it), the row is redundant.
+        n = mean.shape[-1]
+        diagonal = np.diagonal(mean, axis1=-2, axis2=-1)
+        ratios = np.diagonal(factor, axis1=-2, axis2=-1) ** 2 / diagonal
+        if bool(np.all(ratios > n * eps)):
+            return None
+        where = np.unravel_index(int(np.argmin(ratios)), ratios.shape)
+        return (
+            f"is singular to {array.dtype} rounding{_which_matrix(where[:-1])}: row "
+            f"{int(where[-1])} is a linear combination of the rows before it but for "
+            f"{_number(float(ratios[where]))} of its variance, not above {n} x {array.dtype}'s "
+            f"epsilon ({_number(n * eps)}); add a small multiple of the identity, or compute "
+            "it in a wider dtype"
+        )
+
+
+def _which_matrix(index: tuple[Any, ...]) -> str:
+    """`` (matrix [i, j] of the batch)`` for a batched value, nothing for a single matrix."""
+    if not index:
+        return ""
+    return f" (matrix [{', '.join(str(int(i)) for i in index)}] of the batch)"
+
+
+def _indefinite(mean: np.ndarray) -> str:
+    """Why the symmetric ``mean`` (float64), whose Cholesky factorisation failed, is refused."""
+    smallest = np.min(np.linalg.eigvalsh(mean), axis=-1)
+    where = np.unravel_index(int(np.argmin(smallest)), smallest.shape)
+    value = float(smallest[where])
+    matrix = _which_matrix(where)
+    if value > 0:  # positive, but too close to 0 for a factorisation in float64
+        return (
+            f"is singular to float64 rounding{matrix} (smallest eigenvalue "
+            f"{_number(value)}); add a small multiple of the identity"
+        )
+    return f"is not positive definite{matrix} (smallest eigenvalue {_number(value)})"
 
 
 class Simplex(Constraint):
