@@ -258,6 +258,16 @@ def test_equal_constraints_compare_equal() -> None:
     assert positive == bounded(0, exclude_lo=True) and repr(positive) == "positive"
 
 
+def test_bounded_says_nan_elements_are_nan() -> None:
+    """NaN elements are named as NaN, not as a range from nan to nan."""
+    assert bounded(-1, 1).explain(np.array([0.0, np.nan])) == (
+        "has 1 of 2 elements NaN, outside every bound"
+    )
+    assert bounded(-1, 1).explain(np.array([np.nan, 3.0, 0.0])) == (
+        "has 2 of 3 elements outside [-1, 1] (from 3 to 3; 1 of them NaN)"
+    )
+
+
 def test_bounded_refuses_bad_bounds() -> None:
     """bounded() refuses bounds that are not numbers, and bounds with nothing between them."""
     with pytest.raises(TypeError, match="lo must be a number"):

@@ -263,10 +263,14 @@ class Bounded(Constraint):
         if array.ndim == 0:
             return f"is {_number(float(array))}, outside {self.interval()}"
         bad = array[~inside]
-        return (
-            f"has {outside} of {array.size} elements outside {self.interval()} "
-            f"(from {_number(float(np.min(bad)))} to {_number(float(np.max(bad)))})"
-        )
+        nan = bad[np.isnan(bad)].size
+        numbers = bad[~np.isnan(bad)]
+        if numbers.size == 0:
+            return f"has {nan} of {array.size} elements NaN, outside every bound"
+        found = f"from {_number(float(np.min(numbers)))} to {_number(float(np.max(numbers)))}"
+        if nan:
+            found += f"; {nan} of them NaN"
+        return f"has {outside} of {array.size} elements outside {self.interval()} ({found})"
 
 
 def _square(value: Any) -> str | None:
