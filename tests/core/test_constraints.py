@@ -174,6 +174,19 @@ def test_positive_definite_names_the_refused_matrix_of_a_batch() -> None:
     assert why == "is not positive definite (matrix [1] of the batch) (smallest eigenvalue -1)"
 
 
+def test_constraints_read_float8_and_int4_as_the_numbers_they_are() -> None:
+    """float8 and int4 values are checked as floats and ints, not refused as non-numbers."""
+    assert finite(jnp.array([1.0, 2.0], jnp.float8_e4m3fn))
+    assert finite.explain(jnp.array([1.0, jnp.nan], jnp.float8_e5m2)) == (
+        "has 1 of 2 elements NaN or infinite"
+    )
+    assert bounded(0, 1).explain(jnp.array([0.5, 2.0], jnp.float8_e4m3fn)) == (
+        "has 1 of 2 elements outside [0, 1] (from 2 to 2)"
+    )
+    assert finite(jnp.array([1, 7], jnp.int4)) and not bounded(0, 5)(jnp.array([1, 7], jnp.int4))
+    assert positive_definite(jnp.eye(2, dtype=jnp.float8_e4m3fn))
+
+
 def test_symmetric_allows_rounding_of_a_product() -> None:
     """A matrix computed as A @ B @ A.T is symmetric to rounding, and passes."""
     rng = np.random.default_rng(0)

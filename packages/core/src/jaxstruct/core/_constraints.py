@@ -68,16 +68,34 @@ def _wide(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64)
 
 
+def _kind(dtype: np.dtype) -> str:
+    """``dtype.kind``, ml_dtypes' types (bfloat16, float8, int4) as the floats or ints they are.
+
+    NumPy sees those as ``"V"``; JAX knows them (and core depends on JAX, not on ml_dtypes).
+    """
+    kind = dtype.kind
+    if kind != "V":
+        return kind
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(dtype, jnp.floating):
+        return "f"
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return "u"
+    if jnp.issubdtype(dtype, jnp.integer):
+        return "i"
+    return kind
+
+
 def _eps(array: np.ndarray) -> float:
     """The machine epsilon of ``array``'s dtype (0 for exact dtypes: ints and bools)."""
-    if array.dtype.kind in "biu":
+    if _kind(array.dtype) in "biu":
         return 0.0
-    try:
+    if array.dtype.kind in "fc":
         return float(np.finfo(array.dtype).eps)
-    except (TypeError, ValueError):  # NumPy has no finfo of ml_dtypes' types (bfloat16)
-        import ml_dtypes
+    import jax.numpy as jnp  # NumPy has no finfo of ml_dtypes' types (bfloat16, float8)
 
-        return float(ml_dtypes.finfo(array.dtype).eps)
+    return float(jnp.finfo(array.dtype).eps)
 
 
 def _number(value: float) -> str:
@@ -154,9 +172,10 @@ class Finite(Constraint):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return None if math.isfinite(value) else f"is {value!r}"
         array = _array(value)
-        if array.dtype.kind in "biu":
+        kind = _kind(array.dtype)
+        if kind in "biu":
             return None
-        if array.dtype.kind not in "fc" and array.dtype.name != "bfloat16":
+        if kind not in "fc":
             return f"holds {array.dtype} values, not numbers"
         bad = ~np.isfinite(_wide(array))
         count = int(np.count_nonzero(bad))
@@ -249,7 +268,7 @@ class Bounded(Constraint):
             array = np.asarray(value, dtype=np.float64)
         else:
             array = _array(value)
-            if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+            if _kind(array.dtype) not in "biuf":
                 return f"holds {array.dtype} values, which have no order"
             array = _wide(array)
         inside = np.ones(array.shape, dtype=bool)
@@ -347,7 +366,7 @@ class PositiveDefinite(Constraint):
         if wrong is not None or is_traced(value):
             return wrong
         array = _array(value)
-        if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+        if _kind(array.dtype) not in "biuf":
             return f"holds {array.dtype} values; expected real matrices"
         wide = _wide(array)
         if not np.all(np.isfinite(wide)):
@@ -426,7 +445,7 @@ class Simplex(Constraint):
         if is_traced(value):
             return None
         array = _array(value)
-        if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+        if _kind(array.dtype) not in "biuf":
             return f"holds {array.dtype} values; expected real numbers"
         wide = _wide(array)
         if not np.all(np.isfinite(wide)):
