@@ -141,6 +141,52 @@ def test_constraints_read_jax_and_low_precision_arrays() -> None:
     assert finite(jnp.array([1.0, 2.0])) and not finite(jnp.array([1.0, jnp.inf]))
 
 
+def test_positive_definite_refuses_a_matrix_singular_to_its_dtype() -> None:
+    """A covariance singular but for its dtype's rounding is refused, naming the field and row."""
+    cov = jnp.array([[1, 1], [1, 1 + 2**-22]], jnp.float32)  # definite in float64 only
+    err, why = _refusal(lambda: Gaussian(mean=jnp.zeros(2), cov=cov))
+    assert (why.cls, why.field) == (Gaussian, "cov")
+    assert str(err).startswith(
+        "Gaussian.cov: positive_definite refused float32[2,2]: is singular to float32 rounding: "
+        "row 1 is a linear combination of the rows before it"
+    )
+
+
+def test_positive_definite_judges_rounding_by_the_values_dtype() -> None:
+    """One matrix: definite enough in float64, singular to float16 rounding."""
+    near = np.array([[1, 1], [1, 1 + 2**-10]])
+    assert positive_definite(near)
+    assert not positive_definite(near.astype(np.float16))
+
+
+def test_positive_definite_accepts_variables_of_very_different_scales() -> None:
+    """Rescaling the variables changes nothing: only a row's redundancy counts, not its size."""
+    assert positive_definite(np.diag([1e-20, 1.0]).astype(np.float32))
+    scale = np.diag([1e-6, 1e3])
+    correlated = scale @ np.array([[1, 0.5], [0.5, 1]]) @ scale
+    assert positive_definite(correlated.astype(np.float32))
+
+
+def test_positive_definite_names_the_refused_matrix_of_a_batch() -> None:
+    """A batch of covariances: the refusal says which matrix failed."""
+    covs = np.stack([np.eye(2), -np.eye(2), np.eye(2)])
+    why = positive_definite.explain(covs)
+    assert why == "is not positive definite (matrix [1] of the batch) (smallest eigenvalue -1)"
+
+
+def test_constraints_read_float8_and_int4_as_the_numbers_they_are() -> None:
+    """float8 and int4 values are checked as floats and ints, not refused as non-numbers."""
+    assert finite(jnp.array([1.0, 2.0], jnp.float8_e4m3fn))
+    assert finite.explain(jnp.array([1.0, jnp.nan], jnp.float8_e5m2)) == (
+        "has 1 of 2 elements NaN or infinite"
+    )
+    assert bounded(0, 1).explain(jnp.array([0.5, 2.0], jnp.float8_e4m3fn)) == (
+        "has 1 of 2 elements outside [0, 1] (from 2 to 2)"
+    )
+    assert finite(jnp.array([1, 7], jnp.int4)) and not bounded(0, 5)(jnp.array([1, 7], jnp.int4))
+    assert positive_definite(jnp.eye(2, dtype=jnp.float8_e4m3fn))
+
+
 def test_symmetric_allows_rounding_of_a_product() -> None:
     """A matrix computed as A @ B @ A.T is symmetric to rounding, and passes."""
     rng = np.random.default_rng(0)
@@ -223,6 +269,16 @@ def test_equal_constraints_compare_equal() -> None:
     assert bounded(0, 1) == bounded(0, 1) and hash(bounded(0, 1)) == hash(bounded(0, 1))
     assert bounded(0, 1) != bounded(0, 2) and finite != symmetric
     assert positive == bounded(0, exclude_lo=True) and repr(positive) == "positive"
+
+
+def test_bounded_says_nan_elements_are_nan() -> None:
+    """NaN elements are named as NaN, not as a range from nan to nan."""
+    assert bounded(-1, 1).explain(np.array([0.0, np.nan])) == (
+        "has 1 of 2 elements NaN, outside every bound"
+    )
+    assert bounded(-1, 1).explain(np.array([np.nan, 3.0, 0.0])) == (
+        "has 2 of 3 elements outside [-1, 1] (from 3 to 3; 1 of them NaN)"
+    )
 
 
 def test_bounded_refuses_bad_bounds() -> None:

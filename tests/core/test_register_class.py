@@ -348,3 +348,18 @@ def test_frozen_error_is_a_frozen_instance_error() -> None:
         p.weights = 1  # type: ignore[misc]
     assert issubclass(js.FrozenStructError, AttributeError)
     assert issubclass(js.FrozenStructError, js.StructError)
+
+
+def test_frozen_false_error_points_at_the_mutable_chex_section() -> None:
+    """frozen=False names the docs section on porting a mutable @chex.dataclass, which exists."""
+    with pytest.raises(js.StructDefinitionError) as info:
+
+        @js.dataclass(frozen=False)
+        class P:
+            x: int
+
+    message = str(info.value)
+    section = re.search(r"docs/coming-from\.md, section '([^']+)'", message)
+    assert section is not None, message
+    page = (Path(__file__).resolve().parents[2] / "docs" / "coming-from.md").read_text("utf-8")
+    assert re.search(rf"^#+ {re.escape(section.group(1))}$", page, re.M), section.group(1)

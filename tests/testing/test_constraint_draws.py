@@ -251,6 +251,21 @@ def test_bounds_round_inward_for_low_precision() -> None:
         _each(structs(Tight, dtypes=dtype, sizes=4), check, max_examples=30)
 
 
+def test_a_bound_past_a_dtypes_range_leaves_that_dtype_out() -> None:
+    """bounded(70000) is drawn in the dtypes that reach it, never as float16 (largest 65504)."""
+
+    class Large(js.Struct):
+        w: Annotated[Float[np.ndarray, " n"], bounded(70000, None)]
+        v: Annotated[Float[np.ndarray, " n"], bounded(None, -70000)]
+
+    def check(x: Large) -> None:
+        assert np.float16 not in (x.w.dtype, x.v.dtype)
+        assert np.all(_as64(x.w) >= 70000) and np.all(_as64(x.v) <= -70000)
+
+    _each(structs(Large), check, max_examples=30)
+    _each(structs(Large, dtypes=("float16", "bfloat16")), check, max_examples=10)
+
+
 def _huge(w: Any) -> bool:
     return bool(np.all(_as64(w) > 1e30)) and w.size > 0
 

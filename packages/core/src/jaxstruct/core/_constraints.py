@@ -68,16 +68,34 @@ def _wide(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64)
 
 
+def _kind(dtype: np.dtype) -> str:
+    """``dtype.kind``, ml_dtypes' types (bfloat16, float8, int4) as the floats or ints they are.
+
+    NumPy sees those as ``"V"``; JAX knows them (and core depends on JAX, not on ml_dtypes).
+    """
+    kind = dtype.kind
+    if kind != "V":
+        return kind
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(dtype, jnp.floating):
+        return "f"
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return "u"
+    if jnp.issubdtype(dtype, jnp.integer):
+        return "i"
+    return kind
+
+
 def _eps(array: np.ndarray) -> float:
     """The machine epsilon of ``array``'s dtype (0 for exact dtypes: ints and bools)."""
-    if array.dtype.kind in "biu":
+    if _kind(array.dtype) in "biu":
         return 0.0
-    try:
+    if array.dtype.kind in "fc":
         return float(np.finfo(array.dtype).eps)
-    except (TypeError, ValueError):  # NumPy has no finfo of ml_dtypes' types (bfloat16)
-        import ml_dtypes
+    import jax.numpy as jnp  # NumPy has no finfo of ml_dtypes' types (bfloat16, float8)
 
-        return float(ml_dtypes.finfo(array.dtype).eps)
+    return float(jnp.finfo(array.dtype).eps)
 
 
 def _number(value: float) -> str:
@@ -154,9 +172,10 @@ class Finite(Constraint):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return None if math.isfinite(value) else f"is {value!r}"
         array = _array(value)
-        if array.dtype.kind in "biu":
+        kind = _kind(array.dtype)
+        if kind in "biu":
             return None
-        if array.dtype.kind not in "fc" and array.dtype.name != "bfloat16":
+        if kind not in "fc":
             return f"holds {array.dtype} values, not numbers"
         bad = ~np.isfinite(_wide(array))
         count = int(np.count_nonzero(bad))
@@ -249,7 +268,7 @@ class Bounded(Constraint):
             array = np.asarray(value, dtype=np.float64)
         else:
             array = _array(value)
-            if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+            if _kind(array.dtype) not in "biuf":
                 return f"holds {array.dtype} values, which have no order"
             array = _wide(array)
         inside = np.ones(array.shape, dtype=bool)
@@ -263,10 +282,14 @@ class Bounded(Constraint):
         if array.ndim == 0:
             return f"is {_number(float(array))}, outside {self.interval()}"
         bad = array[~inside]
-        return (
-            f"has {outside} of {array.size} elements outside {self.interval()} "
-            f"(from {_number(float(np.min(bad)))} to {_number(float(np.max(bad)))})"
-        )
+        nan = bad[np.isnan(bad)].size
+        numbers = bad[~np.isnan(bad)]
+        if numbers.size == 0:
+            return f"has {nan} of {array.size} elements NaN, outside every bound"
+        found = f"from {_number(float(np.min(numbers)))} to {_number(float(np.max(numbers)))}"
+        if nan:
+            found += f"; {nan} of them NaN"
+        return f"has {outside} of {array.size} elements outside {self.interval()} ({found})"
 
 
 def _square(value: Any) -> str | None:
@@ -323,7 +346,15 @@ class Symmetric(Constraint):
 class PositiveDefinite(Constraint):
     """Symmetric positive-definite matrices in the last two axes (a covariance, a precision).
 
-    Checked by a Cholesky factorisation in float64, which NaN and infinity fail.
+    Checked by a Cholesky factorisation in float64, which NaN and infinity
+    fail, and to the precision of the value's own dtype: an ``n x n`` matrix
+    is refused when one of its rows is a linear combination of the rows
+    before it but for at most ``n * eps`` of its variance (a Cholesky pivot
+    not above ``n * eps`` times its diagonal entry; ``eps`` of float32 for a
+    float32 matrix). Such a matrix, singular but for rounding (``A @ A.T`` of
+    a tall ``A``, computed in float32), makes a factorisation in its own
+    dtype fail (NaN under ``jax.jit``). The test is invariant to rescaling
+    the variables: ``diag(1e-20, 1)`` passes.
     """
 
     __slots__ = ()
@@ -335,7 +366,7 @@ class PositiveDefinite(Constraint):
         if wrong is not None or is_traced(value):
             return wrong
         array = _array(value)
-        if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+        if _kind(array.dtype) not in "biuf":
             return f"holds {array.dtype} values; expected real matrices"
         wide = _wide(array)
         if not np.all(np.isfinite(wide)):
@@ -345,12 +376,51 @@ class PositiveDefinite(Constraint):
             return f"is not symmetric (largest |a - a.T| is {_number(gap)})"
         if wide.size == 0:
             return None
+        mean = (wide + np.swapaxes(wide, -1, -2)) / 2
         try:
-            np.linalg.cholesky((wide + np.swapaxes(wide, -1, -2)) / 2)
+            factor = np.linalg.cholesky(mean)
         except np.linalg.LinAlgError:
-            smallest = float(np.min(np.linalg.eigvalsh(wide)))
-            return f"is not positive definite (smallest eigenvalue {_number(smallest)})"
-        return None
+            return _indefinite(mean)
+        eps = _eps(array)
+        if eps == 0.0:
+            return None
+        # A pivot over its diagonal entry is 1 - R², R² the share of the row's variance
+        # that the rows before it explain. At most n * eps (the rounding a factorisation
+        # of n rows meets, as numpy's matrix_rank counts it), the row is redundant.
+        n = mean.shape[-1]
+        diagonal = np.diagonal(mean, axis1=-2, axis2=-1)
+        ratios = np.diagonal(factor, axis1=-2, axis2=-1) ** 2 / diagonal
+        if bool(np.all(ratios > n * eps)):
+            return None
+        where = np.unravel_index(int(np.argmin(ratios)), ratios.shape)
+        return (
+            f"is singular to {array.dtype} rounding{_which_matrix(where[:-1])}: row "
+            f"{int(where[-1])} is a linear combination of the rows before it but for "
+            f"{_number(float(ratios[where]))} of its variance, not above {n} x {array.dtype}'s "
+            f"epsilon ({_number(n * eps)}); add a small multiple of the identity, or compute "
+            "it in a wider dtype"
+        )
+
+
+def _which_matrix(index: tuple[Any, ...]) -> str:
+    """`` (matrix [i, j] of the batch)`` for a batched value, nothing for a single matrix."""
+    if not index:
+        return ""
+    return f" (matrix [{', '.join(str(int(i)) for i in index)}] of the batch)"
+
+
+def _indefinite(mean: np.ndarray) -> str:
+    """Why the symmetric ``mean`` (float64), whose Cholesky factorisation failed, is refused."""
+    smallest = np.min(np.linalg.eigvalsh(mean), axis=-1)
+    where = np.unravel_index(int(np.argmin(smallest)), smallest.shape)
+    value = float(smallest[where])
+    matrix = _which_matrix(where)
+    if value > 0:  # positive, but too close to 0 for a factorisation in float64
+        return (
+            f"is singular to float64 rounding{matrix} (smallest eigenvalue "
+            f"{_number(value)}); add a small multiple of the identity"
+        )
+    return f"is not positive definite{matrix} (smallest eigenvalue {_number(value)})"
 
 
 class Simplex(Constraint):
@@ -375,7 +445,7 @@ class Simplex(Constraint):
         if is_traced(value):
             return None
         array = _array(value)
-        if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+        if _kind(array.dtype) not in "biuf":
             return f"holds {array.dtype} values; expected real numbers"
         wide = _wide(array)
         if not np.all(np.isfinite(wide)):

@@ -20,6 +20,8 @@ T = TypeVar("T", bound=type)
 
 #: Where the docs say how to port a chex library (tests check the section exists).
 _PORTING_CHEX = "docs/coming-from.md, section 'Porting a chex library'"
+#: Where they say how to port a mutable ``@chex.dataclass`` (``frozen=False``).
+_MUTABLE_CHEX = "docs/coming-from.md, section 'A plain `@chex.dataclass`: mutable, and a mapping'"
 
 #: The keywords of ``dataclasses.dataclass`` and ``chex.dataclass`` with the one
 #: value a struct class always has (so passing it changes nothing), and why any
@@ -29,7 +31,7 @@ _FIXED_KEYWORDS: dict[str, tuple[bool, str]] = {
         True,
         "struct instances are always frozen, because JAX treats them as values; derive "
         "changed copies with .replace(...), or keep mutable state in an opaque field "
-        "(field(pytree=False))",
+        f"(field(pytree=False)); porting a mutable chex dataclass: {_MUTABLE_CHEX}",
     ),
     "eq": (
         True,

@@ -94,6 +94,10 @@ def _float_range(name: str, checks: Checks) -> tuple[float | None, float | None]
     hi = _grid_bound(name, checks.hi, upward=False, strict=checks.exclude_hi)
     if lo is not None and hi is not None and lo > hi:
         return None
+    # A bound past the dtype's largest value (bounded(70000) in float16) leaves only
+    # infinity, which no finite draw reaches: the dtype cannot hold the field's values.
+    if (lo is not None and lo == math.inf) or (hi is not None and hi == -math.inf):
+        return None
     return lo, hi
 
 
