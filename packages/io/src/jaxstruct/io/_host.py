@@ -450,16 +450,20 @@ def host_chunks(arr: Any, *, chunk_bytes: int | None = None) -> Iterator[memoryv
         return
     shape = tuple(arr.shape)
     stored = np.dtype(arr.dtype)
+    device = streams(arr)
+    if not device and len(arr.sharding.device_set) == 1:  # one CPU buffer: viewed in place
+        yield from _slices(np.asarray(arr).view(stored), chunk_bytes)
+        return
     what = f"of shape {shape} and dtype {stored}"
     blocks = blocks_of(what, arr)
     if math.prod(shape) == 0:
         return
-    if not streams(arr) and row_runs(blocks, shape):
+    if not device and row_runs(blocks, shape):
         for _, data in blocks:
             host = np.asarray(data)
             yield from _slices(host.view(stored) if host.dtype != stored else host, chunk_bytes)
         return
-    yield from pieces(what, blocks, shape, stored, piece=chunk_bytes, device=streams(arr))
+    yield from pieces(what, blocks, shape, stored, piece=chunk_bytes, device=device)
 
 
 def _slices(host: np.ndarray, chunk_bytes: int | None) -> Iterator[memoryview]:
