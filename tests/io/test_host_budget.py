@@ -213,10 +213,7 @@ GROWTH = textwrap.dedent(
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's VmHWM")
-@pytest.mark.parametrize("compression", ["deflate", "auto"])
-def test_an_export_grows_the_process_by_the_budget_and_5_percent_at_most(
-    tmp_path: Path, compression: str
-) -> None:
+def test_an_export_grows_the_process_by_the_budget_and_5_percent_at_most(tmp_path: Path) -> None:
     """Measured by the system (VmHWM) in a fresh process: two threads exporting 32 MiB of
     device arrays, compressed, under a 4 MiB budget grow it by at most 4 MiB + 5%."""
     env = {
@@ -226,7 +223,7 @@ def test_an_export_grows_the_process_by_the_budget_and_5_percent_at_most(
         "TMPDIR": str(tmp_path),
     }
     proc = subprocess.run(
-        [sys.executable, "-c", GROWTH, compression],
+        [sys.executable, "-c", GROWTH, "deflate"],
         env=env,
         capture_output=True,
         text=True,
