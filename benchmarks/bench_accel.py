@@ -250,7 +250,7 @@ def _write_bytes(parts: list[Any], path: Path) -> None:
 
 def _write_like_directory(parts: list[Any], where: Path) -> None:
     import numpy as np
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     with open(where / "arrays.npz", "xb", buffering=0) as npz:
         for part in parts:
@@ -261,7 +261,7 @@ def _write_like_directory(parts: list[Any], where: Path) -> None:
             man.write(b"{}")
             dirfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                _fs.fsync_all([npz.fileno(), man.fileno()], [dirfd])
+                _publish.fsync_all([npz.fileno(), man.fileno()], [dirfd])
             finally:
                 os.close(dirfd)
 

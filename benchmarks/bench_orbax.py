@@ -302,9 +302,11 @@ def bench_check_cost(root: Path, gib: float, rounds: int) -> list[str]:
         "resharded (by columns)": _restore_op("ours", path, shape),
         "as NumPy": lambda: jio.load(path)["w"],
     }
-    # The CPU time of the CRC-32s themselves (they run on the reading thread), summed over
-    # one restore: a figure the load of a shared machine barely moves, unlike the others.
+    # The CPU time of the CRC-32s themselves (each on the tensorstore thread that completes
+    # its unit's read), summed over one restore: a figure the load of a shared machine
+    # moves less than the others.
     crc_cpu = [0.0]
+    crc_lock = threading.Lock()
     crc = vars(_read)["bytes_crc"]  # the name _read checks with, wrapped for the count
 
     def timed_crc(data: Any) -> int:
@@ -312,7 +314,9 @@ def bench_check_cost(root: Path, gib: float, rounds: int) -> list[str]:
         try:
             return crc(data)
         finally:
-            crc_cpu[0] += time.thread_time() - start
+            spent = time.thread_time() - start
+            with crc_lock:
+                crc_cpu[0] += spent
 
     setattr(_read, "bytes_crc", timed_crc)  # noqa: B010  # a name _read keeps private
     rows = []

@@ -135,15 +135,15 @@ def _step_hook(marks: list[tuple[str, float]]) -> Any:
     (The hook is a private test hook of jaxstruct.io: without it, no parts are shown.)
     """
     try:
-        from jaxstruct.io import _fs
+        from jaxstruct.io import _publish
     except ImportError:  # pragma: no cover - jaxstruct.io moved it
         return None
-    if not hasattr(_fs, "STEP_HOOK"):  # pragma: no cover
+    if not hasattr(_publish, "STEP_HOOK"):  # pragma: no cover
         return None
-    _fs.STEP_HOOK = lambda name: marks.append((name, time.perf_counter()))
+    _publish.STEP_HOOK = lambda name: marks.append((name, time.perf_counter()))
 
     def remove() -> None:
-        _fs.STEP_HOOK = None
+        _publish.STEP_HOOK = None
 
     return remove
 

@@ -1,16 +1,22 @@
 """The documentation's examples and the package docstrings' examples run.
 
-Every ```python block of a docs page runs, including blocks indented inside
-content tabs. Code that is shown but not run (another library's side of a
-comparison, configuration files, shell commands) uses another fence language:
+Every ```python block of a docs page runs as a reader would copy it: on its own,
+in a fresh namespace and an empty working directory. A block that builds on the
+one before it (a tutorial's next step) says so in its first line,
+``# Continues the example above.``, and runs after the blocks it continues; such
+a block must fail on its own (else the line is wrong). Blocks indented inside
+content tabs run too. Code that is shown but not run (another library's side of
+a comparison, configuration files, shell commands) uses another fence language:
 ``py`` for Python that is not run, ``toml``, ``sh``, ...; a fence language
 outside that list fails the suite, so a typo cannot silently skip a block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import importlib
+import io
 import pkgutil
 import re
 import sys
@@ -27,6 +33,8 @@ FENCE = re.compile(r"^[ \t]*```([^\s`{]*)")
 # Fence languages that are shown but never run.
 SHOWN = frozenset({"py", "pycon", "toml", "ini", "sh", "bash", "console", "text", "json", "yaml"})
 LAYERS = ("registry", "core", "io", "orbax", "safetensors", "abc", "testing")
+#: The first line of a block that runs after the blocks before it (it is not on its own).
+CONTINUES = "# Continues the example above."
 
 
 def _modules() -> list[str]:
@@ -64,15 +72,70 @@ def _fence_languages(text: str) -> list[str]:
     return languages
 
 
-@pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)
-def test_doc_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every ```python block of a docs page runs, in order, in one fresh namespace."""
-    blocks = _python_blocks(page.read_text(encoding="utf-8"))
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "docs_" + re.sub(r"\W", "_", page.stem)}
+def _chains(blocks: list[str]) -> list[list[tuple[int, str]]]:
+    """The blocks grouped as they run: a block starts a chain of its own unless it
+    continues the example above."""
+    chains: list[list[tuple[int, str]]] = []
     for index, source in enumerate(blocks):
+        if source.startswith(CONTINUES) and chains:
+            chains[-1].append((index, source))
+        else:
+            chains.append([(index, source)])
+    return chains
+
+
+def _run(page: Path, chain: list[tuple[int, str]]) -> None:
+    namespace: dict[str, object] = {"__name__": "docs_" + re.sub(r"\W", "_", page.stem)}
+    for index, source in chain:
         code = compile(source, f"{page.name}[block {index}]", "exec", dont_inherit=True)
         exec(code, namespace)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)
+def test_doc_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ```python block of a docs page runs as copied: on its own, in a fresh
+    namespace and directory, or after the blocks it says it continues."""
+    blocks = _python_blocks(page.read_text(encoding="utf-8"))
+    assert not (blocks and blocks[0].startswith(CONTINUES)), "the first block continues nothing"
+    for number, chain in enumerate(_chains(blocks)):
+        where = tmp_path / f"example-{number}"
+        where.mkdir()
+        monkeypatch.chdir(where)
+        _run(page, chain)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)
+def test_doc_page_blocks_that_continue_need_the_blocks_above(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block marked as continuing the example above fails on its own: the mark is only
+    where a reader must copy the blocks before it too."""
+    blocks = _python_blocks(page.read_text(encoding="utf-8"))
+    standalone = []
+    for index, source in enumerate(blocks):
+        if not source.startswith(CONTINUES):
+            continue
+        where = tmp_path / f"alone-{index}"
+        where.mkdir()
+        monkeypatch.chdir(where)
+        try:
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                _run(page, [(index, source)])
+        except Exception:
+            continue
+        standalone.append(index)
+    assert not standalone, (
+        f"{page.name}: blocks {standalone} run on their own; drop their {CONTINUES!r} line"
+    )
+
+
+def test_a_block_continuing_the_one_above_runs_after_it() -> None:
+    """Blocks group into chains at the continuation line; others stand alone."""
+    blocks = ["a = 1\n", f"{CONTINUES}\nb = a\n", "c = 3\n", f"{CONTINUES}\nd = c\n"]
+    assert [[i for i, _ in chain] for chain in _chains(blocks)] == [[0, 1], [2, 3]]
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=_page_id)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -250,6 +252,26 @@ def test_keywords_a_struct_cannot_honour_are_refused(keyword: str, value: bool, 
         @js.dataclass(**options)
         class P:
             x: int
+
+
+def test_mappable_error_points_at_the_porting_section_and_agrees_with_it() -> None:
+    """mappable_dataclass=True names a docs section that exists, and spells keys() as it does."""
+    with pytest.raises(js.StructDefinitionError) as info:
+
+        @js.dataclass(mappable_dataclass=True)
+        class P:
+            x: int
+
+    message = str(info.value)
+    section = re.search(r"docs/coming-from\.md, section '([^']+)'", message)
+    assert section is not None, message
+    page = (Path(__file__).resolve().parents[2] / "docs" / "coming-from.md").read_text("utf-8")
+    assert re.search(rf"^#+ {re.escape(section.group(1))}$", page, re.M), section.group(1)
+    assert "obj.to_dict().keys()" in message
+    assert (
+        "| `o.keys()`, `o.values()`, `o.items()`, `list(o)`, `len(o)` | the same on `o.to_dict()` |"
+        in page
+    )
 
 
 def test_unknown_keyword_is_refused_with_the_known_ones() -> None:

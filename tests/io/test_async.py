@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _fs
+from jaxstruct.io import _publish
 from jaxstruct.registry import SerializationError
 
 TIMEOUT = 60
@@ -37,12 +37,12 @@ class _Gate:
 def gate() -> Iterator[_Gate]:
     """Stop background writes once their temporary checkpoint is complete."""
     hook = _Gate("temp-synced")
-    _fs.STEP_HOOK = hook
+    _publish.STEP_HOOK = hook
     try:
         yield hook
     finally:
         hook.release.set()
-        _fs.STEP_HOOK = None
+        _publish.STEP_HOOK = None
 
 
 def test_handle_waits_and_reports_done(tmp_path: Path) -> None:
@@ -71,13 +71,13 @@ def test_background_error_is_raised_by_wait(tmp_path: Path) -> None:
         if name == "temp-synced":
             raise OSError(28, "No space left on device")
 
-    _fs.STEP_HOOK = fail
+    _publish.STEP_HOOK = fail
     try:
         handle = jio.export({"w": np.arange(4)}, tmp_path / "ck", blocking=False)
         with pytest.raises(jio.CheckpointWriteError, match="No space left"):
             handle.wait(TIMEOUT)
     finally:
-        _fs.STEP_HOOK = None
+        _publish.STEP_HOOK = None
     assert handle.done() and not (tmp_path / "ck").exists()
 
 

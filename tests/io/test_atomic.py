@@ -18,7 +18,7 @@ from typing import Any
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _fs
+from jaxstruct.io import _publish
 from jaxstruct.registry import SerializationError
 
 # A server process imports jaxstruct.io once, then forks one child per export so
@@ -28,7 +28,7 @@ SERVER = textwrap.dedent(
     import json, os, signal, sys, time
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     def value(tag, size):
         rng = np.random.default_rng(len(tag))
@@ -42,7 +42,7 @@ SERVER = textwrap.dedent(
                 def hook(name, kill_at=cmd["kill_at"]):
                     if name == kill_at:
                         os.kill(os.getpid(), signal.SIGKILL)
-                _fs.STEP_HOOK = hook
+                _publish.STEP_HOOK = hook
             try:
                 jio.export(value(cmd["tag"], cmd["size"]), cmd["path"], overwrite=True,
                            compression=cmd["compression"])
@@ -112,13 +112,13 @@ def server() -> Iterator[Server]:
 
 def _steps(path: Path) -> list[str]:
     seen: list[str] = []
-    _fs.STEP_HOOK = seen.append
+    _publish.STEP_HOOK = seen.append
     try:
         jio.export(
             {"tag": "probe", "arrays": [np.zeros(3) for _ in range(6)]}, path, overwrite=True
         )
     finally:
-        _fs.STEP_HOOK = None
+        _publish.STEP_HOOK = None
     return seen
 
 
@@ -260,7 +260,7 @@ def test_disk_full_mid_export_keeps_the_old_checkpoint(tmp_path: Path) -> None:
             if name == "a1.npy":
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-        _fs.STEP_HOOK = full
+        _publish.STEP_HOOK = full
         try:
             with pytest.raises(jio.CheckpointWriteError, match=r"No space.*intact") as info:
                 jio.export({"v": "new", "a": [np.ones(4), np.ones(4)]}, path, overwrite=True)
@@ -268,7 +268,7 @@ def test_disk_full_mid_export_keeps_the_old_checkpoint(tmp_path: Path) -> None:
             assert isinstance(info.value, OSError) and isinstance(info.value, SerializationError)
             assert str(path) in str(info.value)
         finally:
-            _fs.STEP_HOOK = None
+            _publish.STEP_HOOK = None
         assert jio.load(path) == {"v": "old"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.zip"]
 
@@ -290,7 +290,7 @@ def test_debris_of_dead_processes_is_cleaned(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    stale = tmp_path / f".c.jaxstruct-tmp-{_fs.host_tag()}-{dead.stdout.strip()}-abc"
+    stale = tmp_path / f".c.jaxstruct-tmp-{_publish.host_tag()}-{dead.stdout.strip()}-abc"
     stale.mkdir()
     (stale / "manifest.json").write_text("{}")
     jio.export([1], tmp_path / "c")
@@ -310,7 +310,7 @@ def test_debris_is_swept_at_the_first_overwrite_in_a_process_only(tmp_path: Path
     path = jio.export([0], tmp_path / "c")
 
     def plant(tag: str) -> Path:
-        stale = tmp_path / f".c.jaxstruct-tmp-{_fs.host_tag()}-{pid}-{tag}"
+        stale = tmp_path / f".c.jaxstruct-tmp-{_publish.host_tag()}-{pid}-{tag}"
         stale.mkdir()
         (stale / "manifest.json").write_text("{}")
         return stale

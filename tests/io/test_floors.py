@@ -8,11 +8,11 @@ from pathlib import Path
 import jaxstruct.io as jio
 
 FLOORS = [
-    {"_process", "_budget", "_fs", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
-    {"_schema", "_nodes", "_values", "_formats", "hookspecs"},
-    {"_npz", "_builtin", "_plugins", "_detect", "_publish"},
-    {"_encode", "_targets", "_decode", "_plain"},
-    {"_checkpoint", "_async", "_state", "_inspect"},
+    {"_process", "_budget", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
+    {"_schema", "_checksums", "_nodes", "_values", "_formats", "hookspecs"},
+    {"_npz", "_builtin", "_tables", "_plugin_checks", "_plugins", "_contract", "_publish"},
+    {"_encode", "_targets", "_decode", "_plain", "_async"},
+    {"_export", "_load", "_state", "_inspect"},
     {"_manager", "_cli", "__init__"},
 ]
 SRC = Path(jio.__file__).parent

@@ -96,7 +96,7 @@ def _drop_names(path: Path) -> None:
     for node in nodes:
         if node[0] == "pytree" and len(node) == 6:
             del node[5]
-    (path / "manifest.json").write_text(json.dumps(top))
+    (path / "manifest.json").write_bytes(jio.seal_manifest(top))
 
 
 def test_a_checkpoint_without_child_names_still_loads(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_malformed_child_names_are_refused(tmp_path: Path, names: object) -> Non
     top = _manifest(path)
     node = next(n for n in top["manifest"]["nodes"] if n[0] == "pytree")  # type: ignore[index]
     node[5] = names
-    (path / "manifest.json").write_text(json.dumps(top))
+    (path / "manifest.json").write_bytes(jio.seal_manifest(top))
     with pytest.raises(SerializationError, match="malformed pytree node"):
         jio.load(path, allow_imports=[__name__])
 

@@ -128,7 +128,7 @@ _CHILD = textwrap.dedent(
     import os, sys, time
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     manager = jio.CheckpointManager(sys.argv[1], keep=1, format=sys.argv[2])
     manager.save(1, {"w": np.arange(10)})
@@ -139,7 +139,7 @@ _CHILD = textwrap.dedent(
         if name == sys.argv[3]:
             time.sleep(600)
 
-    _fs.STEP_HOOK = hook
+    _publish.STEP_HOOK = hook
     manager.save(2, {"w": np.arange(1_000_000)})
     manager.wait()
     """

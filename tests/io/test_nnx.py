@@ -75,7 +75,7 @@ def _tamper(path: Path, change: Any) -> Path:
     doc = json.loads((path / "manifest.json").read_text())
     change(doc["manifest"]["nodes"])
     doc.pop("checksum", None)  # edited on purpose: a stale checksum would fail first
-    (path / "manifest.json").write_text(json.dumps(doc))
+    (path / "manifest.json").write_bytes(jio.seal_manifest(doc))
     return path
 
 

@@ -275,12 +275,20 @@ def test_inspect_shows_a_typed_prng_key(tmp_path: Path) -> None:
 def test_load_errors_name_dict_keys_and_the_failing_codec(
     use: Callable[..., PluginRegistry],
 ) -> None:
-    """Load-side paths read root['cfg']['lr'] as export's do, and name the codec that failed."""
+    """Load-side paths read root['cfg']['lr'] as export's do, and name the codec that failed
+    and who registered it."""
     use()
-    jio.register_codec(Codec("t.bad", (fractions.Fraction,), str, lambda s: 1 / 0))
-    payload = jio.to_state_dict({"cfg": {"lr": fractions.Fraction(1, 3)}})
-    with pytest.raises(
-        SerializationError, match=r"root\['cfg'\]\['lr'\]: codec 't.bad' failed to decode"
+    good = Codec("t.bad", (fractions.Fraction,), str, fractions.Fraction)
+    with jio.using(good):  # (export refuses a codec that cannot decode what it encodes)
+        payload = jio.to_state_dict({"cfg": {"lr": fractions.Fraction(1, 3)}})
+    bad = Codec("t.bad", (fractions.Fraction,), str, lambda s: 1 / 0)
+    with (
+        jio.using(bad),
+        pytest.raises(
+            SerializationError,
+            match=r"root\['cfg'\]\['lr'\]: codec 't.bad' \('jaxstruct.io using\(\) in .*'\) "
+            "failed to decode",
+        ),
     ):
         jio.from_state_dict(payload)
 
@@ -355,9 +363,8 @@ def test_array_paths_name_arrays_by_tree_path_with_escaping() -> None:
 
 def test_array_paths_are_the_same_on_read(tmp_path: Path) -> None:
     """A format gets the same paths back from the manifest bytes it stored."""
-    from jaxstruct.io._detect import open_checkpoint
-    from jaxstruct.io._encode import encode_state
-    from jaxstruct.io._schema import dump_manifest
+    from jaxstruct.io._encode import dump_manifest, encode_state
+    from jaxstruct.io._load import open_checkpoint
 
     value = {"opt": {"mu": np.ones(2)}, "w": np.zeros(3)}
     written = array_paths(dump_manifest(encode_state(value), "zip"))
@@ -445,7 +452,7 @@ def test_empty_array_is_aligned_in_either_order() -> None:
 def test_tar_example_reads_into_aligned_buffers(tmp_path: Path) -> None:
     """The tar example returns 64-byte aligned host arrays (it used to give offsets of 16, 32
     and 48 bytes mod 64), Fortran order included."""
-    from jaxstruct.io._detect import open_checkpoint
+    from jaxstruct.io._load import open_checkpoint
 
     value = {f"a{i}": np.arange(i + 1, dtype=np.int8) for i in range(8)}
     value["f"] = np.asfortranarray(np.arange(6.0).reshape(2, 3))
@@ -472,6 +479,7 @@ class _Plain(jio.OpenedCheckpoint):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.manifest = inner.manifest
+        self.arrays_checked = inner.arrays_checked  # every read of the zip checks its CRCs
 
     def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
         Unchecked.reads.append(sorted(wanted))
@@ -481,29 +489,42 @@ class _Plain(jio.OpenedCheckpoint):
         self.inner.close()
 
 
-class Unchecked(ZipFormat):
-    name = "unchecked"
-    suffixes = (".unchecked",)
+class Unstated(ZipFormat):
+    """A zip-based format whose opened checkpoints state nothing and have no ``verify``."""
+
+    name = "unstated"
+    suffixes = (".unstated",)
     reads: list[list[str]] = []
 
     def open(self, path: Any, limits: jio.Limits) -> Any:
         return _Plain(super().open(path, limits))
 
 
-def test_verify_is_honest_without_checksums_and_reads_one_array_at_a_time(
+class Unchecked(Unstated):
+    """The same, saying it keeps no checksums of its own: jaxstruct keeps them."""
+
+    name = "unchecked"
+    suffixes = (".unchecked",)
+    checks_arrays = False
+
+
+def test_verify_checks_jaxstructs_checksums_of_a_plain_format_one_array_at_a_time(
     use: Callable[..., PluginRegistry], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--verify of a format without checksums says what it checked, reading arrays singly."""
+    """--verify of a format keeping no checksums of its own reads every array singly and
+    checks it against jaxstruct's CRC-32s: sound, exit 0; one flipped byte, exit 1."""
     from jaxstruct.io._cli import main
 
     use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
     path = jio.export({"a": np.ones(3), "b": np.zeros(2)}, tmp_path / "x.unchecked")
-    Unchecked.reads.clear()
+    Unstated.reads.clear()
     assert main(["inspect", str(path), "--verify"]) == 0
-    out = capsys.readouterr().out
-    assert "every array read; no checksums were checked" in out
-    assert "every member is sound" not in out
-    assert Unchecked.reads == [["a0"], ["a1"]]
+    assert "every member is sound" in capsys.readouterr().out
+    assert Unstated.reads == [["a0"], ["a1"]]
+    data = bytearray(path.read_bytes())
+    data[data.index(np.ones(3).tobytes()) + 5] ^= 1
+    path.write_bytes(bytes(data))
+    assert main(["inspect", str(path), "--verify"]) == 1
 
 
 def test_inspect_of_a_format_that_states_no_checksums_says_so(
@@ -515,15 +536,15 @@ def test_inspect_of_a_format_that_states_no_checksums_says_so(
 
     from jaxstruct.io._cli import main
 
-    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unchecked())))
-    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unchecked")
+    use(EntryPoint("u", Dist("dist-u"), _formats_plugin(Unstated())))
+    path = jio.export({"a": np.ones(3)}, tmp_path / "x.unstated")
     info = jio.inspect(path)
     assert info.checksums == "not stated by the format" and info.has_manifest
     assert "checksums: not stated by the format" in str(info).splitlines()[1]
     assert main(["inspect", str(path), "--json", "--verify"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["checksums"] == "not stated by the format"
-    assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
+    assert report["verify"] == {"ok": True, "problems": [], "checksums": True}
 
 
 def test_a_raising_sniff_costs_only_its_format(
@@ -636,9 +657,11 @@ def test_a_formats_wrong_read_is_our_error_never_wrong_data(
 ) -> None:
     """What a plugin format's read_arrays() gives is checked against the manifest: a wrong
     shape, dtype, a missing array or its own exception is a SerializationError naming it."""
-    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(_Reading(mode))))
+    fmt = _Reading("ok")
+    use(EntryPoint("reading", Dist("dist-reading"), _formats_plugin(fmt)))
     _Reading.stored.clear()
     path = jio.export({"w": np.arange(6.0).reshape(2, 3)}, tmp_path / "a.treading")
+    fmt.mode = mode  # it read right when export checked what it wrote
     with pytest.raises(SerializationError, match=says) as info:
         jio.load(path)
     assert "'t-reading' format" in str(info.value) and "dist-reading" in str(info.value)
@@ -730,7 +753,7 @@ class Dropping(ZipFormat):
 
 @pytest.mark.parametrize(
     ("mode", "says"),
-    [("arrays", r"does not hold the arrays given"), ("manifest", r"value tree is not the one")],
+    [("arrays", r"does not hold the arrays given"), ("manifest", r"manifest is not the one given")],
 )
 def test_a_write_that_loses_what_it_was_given_keeps_the_previous_checkpoint(
     use: Callable[..., PluginRegistry], tmp_path: Path, mode: str, says: str
@@ -876,15 +899,22 @@ def test_a_declined_write_async_writes_once_in_the_background(
     np.testing.assert_array_equal(jio.load("fake://declined")["w"], VALUE["w"])
 
 
+_OURS = "CRC-32 of every 1 MiB piece of every array and of the manifest, kept by jaxstruct"
+
+
 @pytest.mark.parametrize(
     ("stated", "shown"),
-    [("xxHash-64 of every block", "xxHash-64 of every block"), (3, "not stated by the format")],
+    [
+        ("xxHash-64 of every block", f"{_OURS}; the format's own: xxHash-64 of every block"),
+        (3, _OURS),
+    ],
 )
 def test_inspect_reports_the_checksums_a_plugin_states(
     stated: Any, shown: str, use: Callable[..., PluginRegistry], tmp_path: Path
 ) -> None:
-    """A plugin's ``checksum_scheme`` is what inspect reports; one that is not a string is
-    reported as not stated (no foreign value reaches the report)."""
+    """A plugin's ``checksum_scheme`` is reported beside jaxstruct's own CRC-32s (kept for a
+    format that keeps none); one that is not a string is not reported (no foreign value
+    reaches the report)."""
 
     class Stating(Unchecked):
         name = "stating"

@@ -205,7 +205,8 @@ def test_builtins_still_work_after_every_failure(outcome: dict[str, Any]) -> Non
 
 
 def test_codec_type_clash_is_raised_where_the_type_is_exported(outcome: dict[str, Any]) -> None:
-    """Two plugins' codecs for Fraction: exporting one names both distributions."""
+    """Two plugins' codecs for Fraction: exporting one names both distributions; collecting
+    the plugins warns nothing about it (a process that never exports a Fraction)."""
     _failed(
         outcome,
         "fraction-type",
@@ -214,8 +215,7 @@ def test_codec_type_clash_is_raised_where_the_type_is_exported(outcome: dict[str
         "'jsx-codecs-one'",
         "'jsx-codecs-two'",
     )
-    warned = [w for w in outcome["warnings"] if "codec type fractions.Fraction" in w]
-    assert warned and "'jsx-codecs-one'" in warned[0] and "'jsx-codecs-two'" in warned[0]
+    assert not [w for w in outcome["warnings"] if "codec type fractions.Fraction" in w]
 
 
 def test_register_codec_before_first_io_fails_cleanly(outcome: dict[str, Any]) -> None:
@@ -311,8 +311,9 @@ def test_block_and_allow_lists(site: Path) -> None:
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        check=True,
+        check=False,
     )
+    assert blocked.returncode == 1  # other plugins still fail or clash
     states = {p["distribution"]: p for p in json.loads(blocked.stdout)}
     assert states["jsx-bad-import"]["state"] == "disabled"
     assert "JAXSTRUCT_IO_BLOCK_PLUGINS" in states["jsx-bad-import"]["reason"]
@@ -324,7 +325,7 @@ def test_block_and_allow_lists(site: Path) -> None:
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        check=True,
+        check=True,  # exit status 0: the loaded ones work, the others are disabled
     )
     states = {p["distribution"]: p["state"] for p in json.loads(allowed.stdout)}
     assert states["jsx-lazy"] == "loaded" and states["jaxstruct-plugin-tar"] == "loaded"
@@ -335,21 +336,25 @@ def test_block_and_allow_lists(site: Path) -> None:
 
 
 def test_plugins_command_lists_states_and_reasons(site: Path) -> None:
-    """`jaxstruct plugins`: every plugin, distribution and version, registrations, state."""
+    """`jaxstruct plugins`: every plugin, distribution and version, registrations, state;
+    exit status 1 when one failed or clashes."""
     done = subprocess.run(
         [sys.executable, "-m", "jaxstruct.io._cli", "plugins"],
         env=_env(site),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        check=True,
+        check=False,
     )
+    assert done.returncode == 1
     text = done.stdout
     assert "tar (jaxstruct-plugin-tar " in text and "formats: tar (.tar)" in text
     assert "badimport (jsx-bad-import 1.0): failed: importing it failed (ImportError" in text
     assert "codecsone (jsx-codecs-one 1.0): loaded" in text
     assert "problem: codec type fractions.Fraction is registered by both" in text
-    assert done.stderr == ""  # failures are listed, not warned about
+    # Failures are listed, not warned about; one line on stderr says which ones.
+    assert done.stderr.startswith("jaxstruct plugins: not every plugin works: ")
+    assert "'badimport' (jsx-bad-import)" in done.stderr and "Warning" not in done.stderr
 
 
 def test_autoload_zero_leaves_autoloading_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _fs
+from jaxstruct.io import _publish
 from jaxstruct.io._cli import main as cli_main
 from jaxstruct.registry import SerializationError
 
@@ -27,22 +27,22 @@ KILLED_BETWEEN_RENAMES = textwrap.dedent(
     """
     import errno, os, signal, sys
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
-    real = _fs._renameat2
+    real = _publish._renameat2
 
     def no_exchange(src, dst, flags):
-        if flags == _fs._RENAME_EXCHANGE:
+        if flags == _publish._RENAME_EXCHANGE:
             return False  # what _renameat2 answers when the kernel says EINVAL
         return real(src, dst, flags)
 
-    _fs._renameat2 = no_exchange
+    _publish._renameat2 = no_exchange
 
     def hook(name):
         if name == "parked":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    _fs.STEP_HOOK = hook
+    _publish.STEP_HOOK = hook
     jio.export({"tag": "new"}, sys.argv[1], overwrite=True)
     """
 )
@@ -304,11 +304,11 @@ def test_young_temporary_of_another_host_is_not_swept(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     target = tmp_path / "ck"
-    other = "h0123456789" if _fs.host_tag() != "h0123456789" else "h9876543210"
+    other = "h0123456789" if _publish.host_tag() != "h0123456789" else "h9876543210"
     young = _plant(target, f".ck.jaxstruct-tmp-{other}-{dead}-aaaa")
     legacy = _plant(target, f".ck.jaxstruct-tmp-{dead}-bbbb")  # an older jaxstruct's name
-    old = _plant(target, f".ck.jaxstruct-tmp-{other}-{dead}-cccc", _fs.FOREIGN_AGE_S + 60)
-    mine = _plant(target, f".ck.jaxstruct-tmp-{_fs.host_tag()}-{dead}-dddd")
+    old = _plant(target, f".ck.jaxstruct-tmp-{other}-{dead}-cccc", _publish.FOREIGN_AGE_S + 60)
+    mine = _plant(target, f".ck.jaxstruct-tmp-{_publish.host_tag()}-{dead}-dddd")
     jio.export([1], target)
     assert young.exists() and legacy.exists()
     assert (young / "arrays.npz").read_bytes() == b"half written"
@@ -321,7 +321,7 @@ def test_parked_checkpoint_of_another_host_is_read_not_moved(tmp_path: Path) -> 
     may be between its renames), but a load of the missing target reads it."""
     target = tmp_path / "ck"
     jio.export({"tag": "old"}, tmp_path / "src")
-    other = "h0123456789" if _fs.host_tag() != "h0123456789" else "h9876543210"
+    other = "h0123456789" if _publish.host_tag() != "h0123456789" else "h9876543210"
     parked = tmp_path / f".ck.jaxstruct-old-{other}-1-aaaa"
     os.rename(tmp_path / "src", parked)
     assert jio.load(target) == {"tag": "old"}
@@ -357,12 +357,12 @@ def test_a_load_racing_an_overwrite_retries_instead_of_calling_it_foreign(
 
 def _two_renames(monkeypatch: pytest.MonkeyPatch) -> None:
     """Swap directories with two renames, as where RENAME_EXCHANGE is missing."""
-    real = _fs._renameat2
+    real = _publish._renameat2
 
     def no_exchange(src: Path, dst: Path, flags: int) -> bool:
-        return False if flags == _fs._RENAME_EXCHANGE else real(src, dst, flags)
+        return False if flags == _publish._RENAME_EXCHANGE else real(src, dst, flags)
 
-    monkeypatch.setattr(_fs, "_renameat2", no_exchange)
+    monkeypatch.setattr(_publish, "_renameat2", no_exchange)
 
 
 def test_an_interrupt_between_the_two_renames_puts_the_old_checkpoint_back(
@@ -375,7 +375,7 @@ def test_an_interrupt_between_the_two_renames_puts_the_old_checkpoint_back(
         if name == "parked":
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(_fs, "STEP_HOOK", hook)
+    monkeypatch.setattr(_publish, "STEP_HOOK", hook)
     with pytest.raises(KeyboardInterrupt):
         jio.export({"tag": "new"}, path, overwrite=True)
     assert jio.load(path) == {"tag": "old"}
@@ -395,7 +395,7 @@ def test_a_writer_publishing_between_the_two_renames_is_replaced_cleanly(
         if name == "parked" and other.exists():
             os.rename(other, path)  # the other writer's publication
 
-    monkeypatch.setattr(_fs, "STEP_HOOK", hook)
+    monkeypatch.setattr(_publish, "STEP_HOOK", hook)
     jio.export({"tag": "ours"}, path, overwrite=True)
     assert jio.load(path) == {"tag": "ours"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

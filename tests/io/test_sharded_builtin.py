@@ -22,7 +22,8 @@ SCRIPT = textwrap.dedent(
     from jaxstruct.io._builtin import DirectoryFormat, ZipFormat
     from jaxstruct.io._encode import encode_state
     from jaxstruct.io._schema import Limits
-    from jaxstruct.io._schema import check_arrays_table, dump_manifest, parse_manifest
+    from jaxstruct.io._encode import dump_manifest
+    from jaxstruct.io._schema import check_arrays_table, parse_manifest
 
     assert len(jax.devices()) == 8
     root = Path(sys.argv[1])

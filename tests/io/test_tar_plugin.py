@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jaxstruct.io as jio
 import numpy as np
 import pytest
-from jaxstruct.io import _fs
+from jaxstruct.io import _publish
 from jaxstruct.registry import SerializationError
 
 VALUE = {"w": np.arange(6.0).reshape(2, 3), "b": jnp.ones(2), "step": 3}
@@ -67,12 +67,12 @@ def test_overwrite_and_failed_export_keep_a_checkpoint(tmp_path: Path) -> None:
         if name == "a.bin":
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    _fs.STEP_HOOK = full
+    _publish.STEP_HOOK = full
     try:
         with pytest.raises(jio.CheckpointWriteError, match="No space"):
             jio.export({"v": "new", "a": np.ones(3)}, path, overwrite=True)
     finally:
-        _fs.STEP_HOOK = None
+        _publish.STEP_HOOK = None
     assert jio.load(path) == {"v": "mid"}
     assert [p.name for p in tmp_path.iterdir()] == ["c.tar"]
 

@@ -10,7 +10,7 @@ place only (issue 20, items 2, 3 and 5).
 from __future__ import annotations
 
 import importlib
-import re
+import json
 import subprocess
 import sys
 import textwrap
@@ -262,8 +262,7 @@ def test_a_hostile_class_reference_in_a_foreign_node_is_refused(tmp_path: Path) 
     path = jio.export({"s": _Scaled(jnp.arange(3.0))}, tmp_path / "ck")
     manifest = path / "manifest.json"
     text = manifest.read_text().replace(f"{__name__}:_Scaled", "subprocess:Popen")
-    text = re.sub(r',"checksum":"[^"]*"\}\s*$', "}", text)  # edited: no checksum
-    manifest.write_text(text)
+    manifest.write_bytes(jio.seal_manifest(json.loads(text)))  # edited on purpose
     nodes = json.loads(text)["manifest"]["nodes"]
     assert any(node[:2] == ["pytree", "subprocess:Popen"] for node in nodes)
     with pytest.raises(SerializationError, match="subprocess:Popen"):
@@ -311,7 +310,7 @@ def test_a_struct_disguised_as_a_jax_node_is_refused(tmp_path: Path) -> None:
     manifest = path / "manifest.json"
     ref = js.class_ref(_Checked)
     text = manifest.read_text().replace(f"{__name__}:_Scaled", ref)
-    manifest.write_text(re.sub(r',"checksum":"[^"]*"\}\s*$', "}", text))  # edited: no checksum
+    manifest.write_bytes(jio.seal_manifest(json.loads(text)))  # edited on purpose
     with pytest.raises(SerializationError, match=r"is a Struct now.*another library's pytree"):
         jio.load(path)
     # Vouched for, it is built by the struct's own construction: the validator refuses it.

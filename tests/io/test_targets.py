@@ -191,9 +191,9 @@ class _Spy:
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     """Wrap every opened checkpoint's read_arrays to record the requested keys."""
     record = _Spy()
-    from jaxstruct.io import _checkpoint
+    from jaxstruct.io import _load
 
-    real = _checkpoint.open_any
+    real = _load.open_any
 
     def wrapped(path: Any, limits: Any, format: Any) -> Any:
         fmt, opened, top = real(path, limits, format)
@@ -206,7 +206,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
         opened.read_arrays = read_arrays  # type: ignore[method-assign]
         return fmt, opened, top
 
-    monkeypatch.setattr(_checkpoint, "open_any", wrapped)
+    monkeypatch.setattr(_load, "open_any", wrapped)
     return record
 
 

@@ -85,6 +85,7 @@ def _checkpoint_bits(path: Path) -> tuple[object, dict[str, bytes]]:
     text = (path / "manifest.json").read_text().replace("train_resume_example:", "__main__:")
     manifest = json.loads(text)
     manifest.pop("checksum", None)  # of the bytes before the module names were replaced
+    manifest.pop("seal", None)  # likewise
     with np.load(path / "arrays.npz") as arrays:
         return manifest, {name: arrays[name].tobytes() for name in arrays.files}
 

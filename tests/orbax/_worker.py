@@ -84,12 +84,12 @@ def task_save_restore(directory: str) -> None:
     jio.export({"a": a}, again, format="orbax")
     # Process 1 is slow to finish its part: process 0 swaps the new checkpoint in meanwhile,
     # and process 1 must not look for the temporary sibling that then no longer exists.
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     if jax.process_index() == 1:
-        _fs.STEP_HOOK = lambda name: time.sleep(1.5) if name == "temp-synced" else None
+        _publish.STEP_HOOK = lambda name: time.sleep(1.5) if name == "temp-synced" else None
     jio.export({"a": a * 2, "step": 4}, again, format="orbax", overwrite=True)
-    _fs.STEP_HOOK = None
+    _publish.STEP_HOOK = None
     back = jio.load(
         again, target={"a": jax.ShapeDtypeStruct(shape, a.dtype, sharding=a.sharding), "step": None}
     )

@@ -406,7 +406,7 @@ KILLED = textwrap.dedent(
     import json, os, signal, sys
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
     import jax, orbax.checkpoint  # imported and started (not run) here, once for every child
     jax.devices()
 
@@ -428,7 +428,7 @@ KILLED = textwrap.dedent(
             def hook(name, step=step):
                 if name == step:
                     os.kill(os.getpid(), signal.SIGKILL)
-            _fs.STEP_HOOK = hook
+            _publish.STEP_HOOK = hook
             try:
                 jio.export({"tag": "new", "w": np.full(1 << 12, 2.0)}, path, format="orbax",
                            overwrite=existing)

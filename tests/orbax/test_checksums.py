@@ -23,7 +23,7 @@ from jaxstruct.orbax import _format, _orbax_internals, _read
 from jaxstruct.orbax._units import json_crc
 from jaxstruct.registry import SerializationError
 
-from ._reseal import reseal
+from ._reseal import manifest_version_1, reseal
 from .test_multiprocess import _all_ok, _finish, _start
 
 
@@ -282,6 +282,7 @@ def test_a_checkpoint_without_checksums_still_restores(tmp_path: Path) -> None:
     for key in ("crc32", "manifest_crc32", "checksums"):
         del document[key]
     storage.write_text(json.dumps(document))
+    manifest_version_1(path)
     for target in _targets():
         assert _same(jio.load(path, target=target))
     assert verify_report(path) == ([], False)
@@ -305,7 +306,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import jaxstruct.io as jio
-    from jaxstruct.io import _fs
+    from jaxstruct.io import _publish
 
     path, step = sys.argv[1], sys.argv[2]
     jio.export({"w": np.full(1 << 14, 1.0), "tag": "old"}, path, format="orbax")
@@ -315,7 +316,7 @@ KILLER = textwrap.dedent(
         def hook(name):
             if name == step:
                 os.kill(os.getpid(), signal.SIGKILL)
-        _fs.STEP_HOOK = hook
+        _publish.STEP_HOOK = hook
         jio.export({"w": np.full(1 << 14, 2.0), "tag": "new"}, path, format="orbax",
                    overwrite=True)
         os._exit(0)

@@ -55,8 +55,8 @@ def test_load_without_a_target_still_asks_for_one(plain: Path) -> None:
 def test_cli_verify_of_a_plain_orbax_checkpoint(
     plain: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--verify restores every array and says that no checksums were checked."""
-    assert main(["inspect", str(plain), "--json", "--verify"]) == 0
+    """--verify restores every array, says that no checksums were checked and exits 3."""
+    assert main(["inspect", str(plain), "--json", "--verify"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["has_manifest"] is False and report["arrays"]["step"]["shape"] == []
     assert report["verify"] == {"ok": True, "problems": [], "checksums": False}

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.orbax import _format, _read
 from jaxstruct.registry import SerializationError
 
-from ._reseal import reseal
+from ._reseal import manifest_version_1, reseal
 
 
 @pytest.fixture
@@ -165,13 +165,16 @@ def test_checkpoints_with_orbax_default_chunks_still_load(tmp_path: Path) -> Non
     checkpointer = ocp.PyTreeCheckpointer()
     checkpointer.save(path / "arrays", {"a0": w})
     checkpointer.close()
-    (path / "jaxstruct" / "metadata").write_text(
+    edited = (
         (path / "jaxstruct" / "metadata").read_text().replace('"shape": [1]', '"shape": [64, 16]')
     )
+    sealed = json.loads(jio.seal_manifest(json.loads(edited)))  # edited on purpose
+    (path / "jaxstruct" / "metadata").write_text(json.dumps(sealed))
     document = json.loads(storage.read_text())
     for key in ("checksums", "manifest_crc32", "crc32"):  # those checkpoints had no checksums
         del document[key]
     storage.write_text(json.dumps(document))
+    manifest_version_1(path)
     sharding = NamedSharding(jax.make_mesh((2, 4), ("a", "b")), P(None, ("a", "b")))
     target = {"w": jax.ShapeDtypeStruct((64, 16), np.float32, sharding=sharding)}
     np.testing.assert_array_equal(np.asarray(jio.load(path, target=target)["w"]), data)
@@ -237,11 +240,23 @@ def test_array_names_from_the_file_are_checked(tmp_path: Path, name: str) -> Non
 
 
 def test_paths_that_cannot_nest_keep_flat_keys(tmp_path: Path) -> None:
-    """A dict key that makes an empty path step ("") leaves the arrays item keyed by the
-    manifest's keys; the checkpoint loads the same."""
-    value = {"a": {"": np.arange(3.0)}, "w": np.ones(2, np.int32)}
+    """A dict key that makes a path step orbax cannot name a directory by (a backslash)
+    leaves the arrays item keyed by the manifest's keys; the checkpoint loads the same."""
+    value = {"a": {"x\\y": np.arange(3.0)}, "w": np.ones(2, np.int32)}
     path = jio.export(value, tmp_path / "ck", format="orbax")
     assert "names" not in json.loads((path / "jaxstruct_storage" / "metadata").read_text())
+    back = jio.load(path)
+    np.testing.assert_array_equal(back["a"]["x\\y"], value["a"]["x\\y"])
+    np.testing.assert_array_equal(back["w"], value["w"])
+
+
+def test_an_empty_dict_key_is_a_step_of_its_own(tmp_path: Path) -> None:
+    """The dict key "" is the path step '%' (tree paths keep every step), so the arrays
+    item nests it like any other key, and the checkpoint loads the same."""
+    value = {"a": {"": np.arange(3.0)}, "w": np.ones(2, np.int32)}
+    path = jio.export(value, tmp_path / "ck", format="orbax")
+    storage = json.loads((path / "jaxstruct_storage" / "metadata").read_text())
+    assert storage["names"] == {"a0": "a.%", "a1": "w"}
     back = jio.load(path)
     np.testing.assert_array_equal(back["a"][""], value["a"][""])
     np.testing.assert_array_equal(back["w"], value["w"])

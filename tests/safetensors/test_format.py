@@ -20,6 +20,8 @@ from jaxstruct.safetensors import SafetensorsFormat
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
+from ._older import older
+
 
 class Dense(js.Struct):
     w: Any
@@ -348,7 +350,8 @@ def test_a_tampered_tensor_table_is_our_error(tmp_path: Path, edit: Any, message
         header = _header.read_header(f, jio.Limits(), "x")
         data = path.read_bytes()[header.data_start :]
     metadata = dict(header.metadata)
-    del metadata["jaxstruct.checksums"]  # its header checksum would refuse any edit first
+    # As written before checksums (a header CRC would refuse any edit first)
+    older(metadata)
     edited = edit(json.loads(metadata["jaxstruct.tensors"]))
     metadata["jaxstruct.tensors"] = edited if isinstance(edited, str) else json.dumps(edited)
     entries = {
@@ -369,10 +372,11 @@ def test_a_big_file_is_flushed_while_it_is_written(
     import os
     import threading
 
+    from jaxstruct.io import _publish
     from jaxstruct.safetensors import _write
 
     monkeypatch.setattr(_write, "COPY_BUDGET", budget)
-    monkeypatch.setattr(_write, "FLUSH_EVERY_S", 0.0)
+    monkeypatch.setattr(_publish, "FLUSH_EVERY_S", 0.0)
     flushed: list[int] = []  # inodes flushed from another thread than the writer's
     writer = threading.get_ident()
     real = os.fdatasync

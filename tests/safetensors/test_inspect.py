@@ -14,6 +14,8 @@ import safetensors.numpy
 from jaxstruct.io._cli import main
 from jaxstruct.io._inspect import verify_report
 
+from ._older import older
+
 
 @pytest.fixture
 def foreign(tmp_path: Path) -> Path:
@@ -73,16 +75,17 @@ def test_cli_text_and_json_of_a_foreign_file(
 def test_verify_of_a_foreign_file_reads_every_tensor_and_says_nothing_was_checked(
     foreign: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--verify reads each tensor of a foreign file and says no checksums were checked."""
+    """--verify reads each tensor of a foreign file, says no checksums were checked, and
+    exits 3: nothing could be verified."""
     assert verify_report(foreign) == ([], False)
-    assert main(["inspect", str(foreign), "--verify"]) == 0
+    assert main(["inspect", str(foreign), "--verify"]) == 3
     out = capsys.readouterr().out
     assert "every member is sound" not in out
     assert (
         "verify: every array read; no checksums were checked (checksums: none: written by "
         "another tool), so a changed byte would go unnoticed"
     ) in out
-    assert main(["inspect", str(foreign), "--json", "--verify"]) == 0
+    assert main(["inspect", str(foreign), "--json", "--verify"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["verify"] == {"ok": True, "problems": [], "checksums": False}
 
@@ -105,7 +108,7 @@ def test_inspect_of_our_file_names_its_checksums(
     """A file jaxstruct wrote is described by its manifest, with its piece CRCs named."""
     path = jio.export({"w": np.zeros((2, 3), np.float32)}, tmp_path / "ours.safetensors")
     info = jio.inspect(path)
-    assert info.has_manifest and info.version == 1 and info.note == ""
+    assert info.has_manifest and info.version == 2 and info.note == ""
     assert info.checksums == "CRC-32 per 1 MiB piece of every tensor, and of the header"
     assert str(info).splitlines()[1] == f"checksums: {info.checksums}"
     assert main(["inspect", str(path), "--json", "--verify"]) == 0
@@ -116,12 +119,12 @@ def test_inspect_of_our_file_names_its_checksums(
 
 
 def _without_checksums(path: Path) -> None:
-    """Rewrite ``path`` with its ``jaxstruct.checksums`` entry blanked out of the header (as
-    an earlier jaxstruct-safetensors wrote it: the manifest, no checksums)."""
+    """Rewrite ``path`` with its ``jaxstruct.checksums`` entry and their mark blanked out of
+    the header (as an earlier jaxstruct-safetensors wrote it: the manifest, no checksums)."""
     data = path.read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + size])
-    del header["__metadata__"]["jaxstruct.checksums"]
+    older(header["__metadata__"])
     text = json.dumps(header, separators=(",", ":")).encode().ljust(size)
     path.write_bytes(data[:8] + text + data[8 + size :])
 
@@ -155,4 +158,4 @@ def test_inspect_and_verify_of_a_foreign_file_run_without_importing_jax(foreign:
     assert out.returncode == 0, out.stderr
     *report, last = out.stdout.strip().splitlines()
     assert json.loads("\n".join(report))["verify"]["ok"] is True
-    assert last == "0 False False"
+    assert last == "3 False False"  # read, nothing to check

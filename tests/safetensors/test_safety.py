@@ -56,10 +56,18 @@ def test_header_length_is_checked_before_it_is_read(tmp_path: Path, monkeypatch)
         return real(file, limits, where)
 
     monkeypatch.setattr("jaxstruct.safetensors._format.read_header", spy)
-    blob = struct.pack("<Q", 1 << 40) + b"{}"
+    blob = struct.pack("<Q", 1 << 20) + b"{" + b" " * ((1 << 20) - 2) + b"}"
     with pytest.raises(SerializationError, match="more than max_manifest_bytes"):
-        _load(tmp_path, blob)
+        _load(tmp_path, blob, max_manifest_bytes=1 << 19)
     assert reads == [8]
+
+
+def test_a_header_length_beyond_the_file_is_damage(tmp_path: Path) -> None:
+    """A header length the file cannot hold (a flipped high bit) is reported as a damaged
+    file before any limit (whose advice would be to raise it)."""
+    blob = struct.pack("<Q", 1 << 40) + b"{}"
+    with pytest.raises(SerializationError, match=r"does not fit the file's 10 bytes.*restore"):
+        _load(tmp_path, blob)
 
 
 def test_tensor_bytes_are_limited_before_allocation(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from jaxstruct.io import (
     hookimpl,
     host_pieces,
     place,
+    walk,
 )
 from jaxstruct.registry import SerializationError
 
@@ -129,6 +130,9 @@ class TarFormat(Format):
     name = "tar"
     suffixes = (".tar",)
     is_directory = False
+    # Every member carries its CRC-32 and every read checks it (a member without one is
+    # refused), so jaxstruct need not keep checksums of its own for this format.
+    checks_arrays = True
 
     def write(
         self,
@@ -139,7 +143,7 @@ class TarFormat(Format):
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create the archive at ``target`` and fsync it."""
+        """Create the archive at ``target`` (jaxstruct fsyncs and publishes it)."""
         if compression == "deflate":
             raise SerializationError(
                 f"{str(target)!r}: the tar format stores arrays uncompressed; use "
@@ -156,8 +160,6 @@ class TarFormat(Format):
                 _write_array(handle, name, value)
                 step(name)
             handle.write(b"\0" * (2 * _BLOCK))  # end of archive
-            handle.flush()
-            os.fsync(handle.fileno())
 
     def sniff(self, path: Path) -> bool:
         """Whether ``path`` is a file whose first tar header names ``manifest.json``."""
@@ -260,6 +262,7 @@ class _TarCheckpoint(OpenedCheckpoint):
         self.stored_manifest = manifest  # every archive of this format holds one
         self.where = where
         self.checksum_scheme = "CRC-32 of every member, the manifest's included"
+        self.arrays_checked = True  # no member is read without its CRC-32 (see _names)
 
     def close(self) -> None:
         self.handle.close()
@@ -268,9 +271,13 @@ class _TarCheckpoint(OpenedCheckpoint):
         """``member name -> key`` for every array, checked against the archive."""
         try:
             paths = array_paths(self.stored_manifest)
+            names = {paths.get(key, key) + _SUFFIX: key for key in table}
+            if set(self.members) != set(names):
+                older = _names_before_0_2(self.stored_manifest)
+                if set(self.members) == {older.get(key, key) + _SUFFIX for key in table}:
+                    names = {older.get(key, key) + _SUFFIX: key for key in table}
         except ValueError as err:
             raise SerializationError(f"{self.where}: {err}") from None
-        names = {paths.get(key, key) + _SUFFIX: key for key in table}
         if set(self.members) != set(names):
             extra = sorted(set(self.members) - set(names))[:5]
             missing = sorted(set(names) - set(self.members))[:5]
@@ -335,6 +342,27 @@ class _TarCheckpoint(OpenedCheckpoint):
             elif crc != member.crc:
                 problems.append(f"{self.where}: member {name!r} does not match its checksum")
         return problems
+
+
+def _names_before_0_2(manifest: bytes) -> dict[str, str]:
+    """The member names (without ``.bin``) archives written with jaxstruct-io 0.1 have:
+    its tree paths dropped leading empty steps and called an array at the root ``root``.
+    (Every step is kept since; an empty one is ``%``.) Archives of trees without empty
+    dict keys or a root array have the same names either way."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for entry in walk(manifest):
+        if entry.tag not in ("array", "jaxarray", "prngkey") or len(entry.node) < 2:
+            continue
+        steps = entry.path.split(".") if entry.path else []
+        while steps and steps[0] == "%":
+            steps.pop(0)
+        path = ".".join("" if step == "%" else step for step in steps) or "root"
+        if path in taken:
+            path = f"{path}~{entry.node[1]}"
+        taken.add(path)
+        out[str(entry.node[1])] = path
+    return out
 
 
 @hookimpl

@@ -19,13 +19,17 @@ from jaxstruct.registry import (
     resolve_pytree_spec,
 )
 
-from . import _flax  # noqa: F401  (registers struct classes with flax.serialization)
+from . import (
+    _flax,  # noqa: F401  (registers struct classes with flax.serialization)
+    constraints,
+)
 from ._compare import tree_equal
 from ._errors import (
     FrozenStructError,
     MissingDistributionError,
     Refusal,
     StructDefinitionError,
+    TracedCheckError,
     TracedComparisonError,
     UnassignedFieldError,
     ValidationError,
@@ -71,6 +75,7 @@ __all__ = [
     "StructDefinitionError",
     "StructError",
     "StructMeta",
+    "TracedCheckError",
     "TracedComparisonError",
     "UnassignedFieldError",
     "ValidationError",
@@ -78,6 +83,7 @@ __all__ = [
     "check_types",
     "class_options",
     "class_ref",
+    "constraints",
     "dataclass",
     "derived_fields",
     "explain_recompiles",

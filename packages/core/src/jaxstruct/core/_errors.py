@@ -14,11 +14,13 @@ __all__ = [
     "Refusal",
     "RefusalCheck",
     "StructDefinitionError",
+    "TracedCheckError",
     "TracedComparisonError",
     "UnassignedFieldError",
     "ValidationError",
     "attach_refusal",
     "refusal_of",
+    "traced_check_message",
 ]
 
 #: Which step of construction refused a value (see :class:`Refusal`).
@@ -126,3 +128,43 @@ class MissingDistributionError(StructError, ImportError):
 
 class TracedComparisonError(StructError, TypeError):
     """``==`` was asked about structs whose arrays are traced (values unknown until run)."""
+
+
+class TracedCheckError(StructError, TypeError):
+    """A validator, ``__post_init__`` or ``__check_init__`` read the value of a traced array.
+
+    Raised when a struct is built (or ``replace``-d) inside ``jax.jit``,
+    ``vmap``, ``grad`` or ``scan`` and a check needs values that are known
+    only when the function runs. It is not a refusal of the value:
+    :func:`refusal_of` returns ``None`` for it. The message says how to write
+    the check so that it works under tracing.
+    """
+
+
+#: How to write a check that works on traced values (the end of TracedCheckError's message).
+TRACED_CHECK_HELP = """\
+Inside jax.jit, vmap, grad or scan, field values are tracers: their shapes and
+dtypes are known, their values only when the function runs, so a check that
+reads values (np.asarray, float(), bool(), `if` on a jnp comparison) cannot
+decide. Nothing was refused. Either check only shapes and dtypes when the
+value is traced:
+
+    def unit_weights(w):
+        if isinstance(w, jax.core.Tracer):
+            return w.ndim == 2  # what tracing knows
+        return bool(np.all(np.abs(w) <= 1))
+
+or use a constraint of jaxstruct.core.constraints (bounded(-1, 1), finite,
+positive_definite, ...), which checks shapes under tracing and values outside
+it, or build the struct outside the traced function. (replace() checks only
+the fields it changes.)"""
+
+
+def traced_check_message(cls: type, field: str | None, hook: Any, err: BaseException) -> str:
+    """The message of a :class:`TracedCheckError`: which check met a traced value, and the fix."""
+    name = getattr(hook, "__qualname__", None) or repr(hook)
+    if field is not None:
+        what = f"{cls.__qualname__}.{field}: validator {name!r}"
+    else:
+        what = f"{cls.__qualname__}: {name}"
+    return f"{what} cannot run on a traced value ({type(err).__name__}).\n{TRACED_CHECK_HELP}"

@@ -66,13 +66,16 @@ class FieldSpec:
         doc: the per-field docstring.
         metadata: a read-only mapping for tools.
         converter: normalisation hook, or ``None``.
-        validators: tuple of validation hooks (possibly empty).
+        validators: tuple of validation hooks (possibly empty): the declared ones,
+            then the constraints written in the annotation (``Annotated[T, finite]``).
+        annotated: the constraints taken from the annotation (also in ``validators``).
         derived: callable computing the value, or ``None``.
         override: whether this declaration deliberately replaces an inherited field.
     """
 
     __slots__ = (
         "_problems",
+        "annotated",
         "compare",
         "converter",
         "default",
@@ -171,6 +174,7 @@ class FieldSpec:
         self.metadata: Mapping[str, Any] = MappingProxyType(dict(metadata or {}))
         self.converter = converter
         self.validators = validators
+        self.annotated: tuple[Callable[..., Any], ...] = ()
         self.derived = derived
         self.override = bool(override)
         self.initvar = False
@@ -204,10 +208,21 @@ class FieldSpec:
 
     @property
     def validator(self) -> Callable[..., Any] | tuple[Callable[..., Any], ...] | None:
-        """The validator as declared: one callable, a tuple of them, or ``None``."""
-        if not self.validators:
+        """The validator as declared: one callable, a tuple of them, or ``None``.
+
+        Constraints written in the annotation are not part of it (see ``annotated``).
+        """
+        declared = self.declared_validators
+        if not declared:
             return None
-        return self.validators[0] if len(self.validators) == 1 else self.validators
+        return declared[0] if len(declared) == 1 else declared
+
+    @property
+    def declared_validators(self) -> tuple[Callable[..., Any], ...]:
+        """The validators given to :func:`field`, without those taken from the annotation."""
+        if not self.annotated:
+            return self.validators
+        return self.validators[: len(self.validators) - len(self.annotated)]
 
     @property
     def static(self) -> bool:
@@ -246,7 +261,7 @@ class FieldSpec:
             parts.append(f"serialize={self.serialize}")
         if self.converter is not None:
             parts.append(f"converter={self.converter!r}")
-        if self.validators:
+        if self.declared_validators:
             parts.append(f"validator={self.validator!r}")
         if self.derived is not None:
             parts.append(f"derived={self.derived!r}")

@@ -14,7 +14,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import Refusal, UnassignedFieldError, ValidationError, attach_refusal
+from ._constraints import Constraint, is_traced
+from ._errors import (
+    Refusal,
+    TracedCheckError,
+    UnassignedFieldError,
+    ValidationError,
+    attach_refusal,
+    traced_check_message,
+)
 from ._fields import MISSING
 from ._layout import Layout
 
@@ -32,6 +40,13 @@ __all__ = [
 
 _osa = object.__setattr__
 _new = object.__new__
+
+#: What JAX raises when code reads the value of a tracer (a check inside ``jit``).
+TRACER_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
 
 # Types whose instances are always hashable and array-free: the static check skips them.
 SAFE_STATIC_TYPES = frozenset({int, str, float, bool, complex, bytes, type(None)})
@@ -99,29 +114,53 @@ def compute_derived(obj: Any, layout: Layout) -> None:
         _osa(obj, spec.name, value)
 
 
-def _validate(obj: Any, layout: Layout) -> None:
+def _validate(obj: Any, layout: Layout, source: Any = None) -> None:
+    """Run static-field checks and validators; with ``source``, skip what ``replace`` kept.
+
+    A field holding the very object ``source`` (the instance ``replace`` copied)
+    holds was checked when ``source`` was built: checking it again would cost
+    every ``replace`` and, under ``jit``, read a traced value for nothing.
+    """
     cls = layout.cls
     for name in layout.static_checked:
         value = getattr(obj, name)
         if type(value) not in SAFE_STATIC_TYPES:
+            if source is not None and value is getattr(source, name, MISSING):
+                continue
             check_static(cls, name, value)
     if layout.validated:
         table = layout.resolve()["validators"]
         for spec in layout.validated:
-            value = getattr(obj, spec.name)
-            for fn, takes_self in table[spec.name]:
+            name = spec.name
+            value = getattr(obj, name)
+            if source is not None and value is getattr(source, name, MISSING):
+                continue
+            for fn, takes_self in table[name]:
                 try:
                     result = fn(obj, value) if takes_self else fn(value)
+                    if result is True or result is None:
+                        continue
+                    ok = _truthy(result)
+                except TRACER_ERRORS as err:
+                    raise TracedCheckError(traced_check_message(cls, name, fn, err)) from err
                 except Exception as err:
                     reason = f"{_validator(fn)} raised {type(err).__name__}: {err}"
-                    attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+                    attach_refusal(err, Refusal(cls, name, "validator", reason, fn))
                     raise
-                if result is not None and not _truthy(result):
-                    reason = f"{_validator(fn)} rejected {_short(value)}"
+                if not ok:
+                    reason = _rejection(fn, value)
                     err = ValidationError(
                         f"{cls.__qualname__}.{spec.name}: {reason}; pass a value it accepts"
                     )
                     raise attach_refusal(err, Refusal(cls, spec.name, "validator", reason, fn))
+
+
+def _rejection(fn: Any, value: Any) -> str:
+    """Why ``fn`` refused ``value``, in a few words (a constraint says what is wrong)."""
+    if isinstance(fn, Constraint):
+        why = fn.explain(value)
+        return f"{fn!r} refused {_short(value)}" + (f": {why}" if why else "")
+    return f"{_validator(fn)} rejected {_short(value)}"
 
 
 def _validator(fn: Any) -> str:
@@ -131,9 +170,12 @@ def _validator(fn: Any) -> str:
 def _truthy(result: Any) -> bool:
     if result is True or result is False:
         return result
+    if is_traced(result):
+        # A jnp comparison of a traced value: what it says is known only when run.
+        raise jax.errors.TracerBoolConversionError(result)
     try:
         return bool(np.all(np.asarray(result)))
-    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
+    except (TypeError, ValueError):
         return bool(result)
 
 
@@ -157,13 +199,19 @@ def _check_complete(obj: Any, layout: Layout) -> None:
 
 
 def finish(
-    obj: Any, layout: Layout, *, post_init: bool = True, initvars: tuple[Any, ...] = ()
+    obj: Any,
+    layout: Layout,
+    *,
+    post_init: bool = True,
+    initvars: tuple[Any, ...] = (),
+    source: Any = None,
 ) -> None:
     """Run steps 2-5 of the lifecycle on ``obj`` (its fields already assigned).
 
     ``__post_init__`` is the class's current one (assigning a new one to a
     struct class later takes effect); it receives the ``InitVar`` values, in
-    declaration order, after ``self``.
+    declaration order, after ``self``. ``source`` is the instance ``replace``
+    copied ``obj`` from: fields still holding its values are not validated again.
     """
     ids = BUILDING
     key = id(obj)
@@ -191,7 +239,7 @@ def finish(
             if layout.derived:
                 compute_derived(obj, layout)
         _check_complete(obj, layout)
-        _validate(obj, layout)
+        _validate(obj, layout, source)
     finally:
         if fresh:
             ids.discard(key)
@@ -212,7 +260,13 @@ def finish(
 
 
 def _refused_by_hook(err: Exception, cls: type, check: Any, hook: Any) -> None:
-    """Record that ``hook`` (``__post_init__`` or a check) of ``cls`` raised ``err``."""
+    """Record that ``hook`` (``__post_init__`` or a check) of ``cls`` raised ``err``.
+
+    A hook that read a traced value (inside ``jit``) refused nothing: that is
+    a :class:`TracedCheckError` saying how to write the hook, raised instead.
+    """
+    if isinstance(err, TRACER_ERRORS):
+        raise TracedCheckError(traced_check_message(cls, None, hook, err)) from err
     name = getattr(hook, "__qualname__", None) or repr(hook)
     attach_refusal(
         err, Refusal(cls, None, check, f"{name} raised {type(err).__name__}: {err}", hook)

@@ -20,6 +20,7 @@ import jax
 from jaxstruct.registry import PytreeSpec, add_spec, name_classes
 from typing_extensions import dataclass_transform
 
+from ._annotated import annotation_constraints
 from ._codegen import cooperative_init, lazy_init, lazy_unflatten
 from ._dataclass import FIELDS_DESCRIPTOR
 from ._errors import StructDefinitionError
@@ -397,6 +398,8 @@ def _collect_own_fields(
             spec.kw_only = True
         spec.name = fname
         spec.type = annotation
+        if not plain:
+            _add_annotation_constraints(spec, annotation, ns)
         for problem in spec._problems:
             raise _fail(qual, f"field {fname!r}: {problem}")
         if fname in inherited and not spec.override:
@@ -431,6 +434,14 @@ def _collect_own_fields(
     return own
 
 
+def _add_annotation_constraints(spec: FieldSpec, annotation: Any, ns: dict[str, Any]) -> None:
+    """Append the constraints written as ``Annotated`` metadata to the field's validators."""
+    found = annotation_constraints(annotation, ns)
+    if found:
+        spec.validators = (*spec.declared_validators, *found)
+        spec.annotated = found
+
+
 def _redeclaration_problem(parent: FieldSpec, spec: FieldSpec) -> str | None:
     """What a redeclaration without ``override=True`` changes that needs it, or ``None``.
 
@@ -447,7 +458,7 @@ def _redeclaration_problem(parent: FieldSpec, spec: FieldSpec) -> str | None:
     if parent.converter is not None and spec.converter is not parent.converter:
         verb = "drops" if spec.converter is None else "replaces"
         return f"it {verb} the parent's converter"
-    if any(v not in spec.validators for v in parent.validators):
+    if any(v not in spec.declared_validators for v in parent.declared_validators):
         return "it drops the parent's validator(s)"
     if spec.derived is not parent.derived:
         return "it changes how the field is derived"
@@ -476,9 +487,10 @@ def _redeclaration_message(cls_name: str, parent: FieldSpec, spec: FieldSpec, pr
     keep = _KIND_FLAG[parent.kind] + "default=..."
     if parent.converter is not None:
         keep += f", converter={_hook_name(parent.converter)}"
-    if parent.validators:
-        names = ", ".join(_hook_name(v) for v in parent.validators)
-        keep += f", validator={names if len(parent.validators) == 1 else f'[{names}]'}"
+    declared = parent.declared_validators
+    if declared:
+        names = ", ".join(_hook_name(v) for v in declared)
+        keep += f", validator={names if len(declared) == 1 else f'[{names}]'}"
     replace = _KIND_FLAG[spec.kind] + "default=..."
     if spec.converter is not None:
         replace += ", converter=..."

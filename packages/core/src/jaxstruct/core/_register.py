@@ -18,6 +18,9 @@ __all__ = ["dataclass", "register_class"]
 
 T = TypeVar("T", bound=type)
 
+#: Where the docs say how to port a chex library (tests check the section exists).
+_PORTING_CHEX = "docs/coming-from.md, section 'Porting a chex library'"
+
 #: The keywords of ``dataclasses.dataclass`` and ``chex.dataclass`` with the one
 #: value a struct class always has (so passing it changes nothing), and why any
 #: other value is refused, with the way out.
@@ -48,8 +51,10 @@ _FIXED_KEYWORDS: dict[str, tuple[bool, str]] = {
     "mappable_dataclass": (
         False,
         "a struct is no Mapping; write obj.name or getattr(obj, name) for obj[name], "
-        "obj.to_dict() for dict(obj) and **obj, type(obj).fields() for keys() "
-        "(docs/coming-from.md, 'From chex')",
+        "obj.to_dict() for dict(obj) and **obj, obj.to_dict().keys() (.values(), .items()) "
+        "for obj.keys() (.values(), .items()); libraries that walk mappings (dm-tree, "
+        "tf.nest) see a struct as one leaf, use jax.tree_util there "
+        f"({_PORTING_CHEX})",
     ),
 }
 

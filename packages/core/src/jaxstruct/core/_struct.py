@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from types import MethodType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 import jax
-from jaxstruct.registry import StructError
 
 from ._cache import FlatForm, KeyedForm, refresh
 from ._codegen import generate_replace, set_generic_replace
@@ -40,11 +40,11 @@ from ._repr import struct_repr
 
 if TYPE_CHECKING:
     # Only for the annotation of Struct.select. At run time _struct never
-    # imports _select, which builds on Struct: the selection layer hands its
-    # select function down through install_selector when it is imported.
+    # imports _select, which builds on Struct: Struct.select finds the selection
+    # layer by its module name when it is called (_selection_layer).
     from ._select import Selection
 
-__all__ = ["Struct", "install_selector"]
+__all__ = ["Struct"]
 
 S = TypeVar("S", bound="Struct")
 _P = ParamSpec("_P")
@@ -187,7 +187,9 @@ class Struct(metaclass=StructMeta):
         """Return a copy with some fields changed, running the lifecycle again.
 
         Converters run on the changed values; derived fields, ``__post_init__``,
-        validators and ``__check_init__`` run as in construction. The user's own
+        validators and ``__check_init__`` run as in construction, except that
+        the validators (and static checks) of fields still holding this
+        instance's values are not run again. The user's own
         ``__init__`` is not called. ``InitVar`` arguments are passed like fields
         (``replace(x=1, flag=True)``) and reach ``__post_init__``; those not
         given take their defaults, and one without a default must be given.
@@ -195,6 +197,7 @@ class Struct(metaclass=StructMeta):
         Raises:
             TypeError: a name is not a field, or is a derived field.
             ValidationError: a validator or static-field check fails.
+            TracedCheckError: a check read the value of a traced array (under ``jit``).
 
         Example:
             >>> import jaxstruct.core as js
@@ -237,7 +240,7 @@ class Struct(metaclass=StructMeta):
                 if value is not MISSING:
                     _osa(new, name, value)
         if layout.has_hooks:
-            finish(new, layout, initvars=initvars)
+            finish(new, layout, initvars=initvars, source=self)
         else:
             for name in layout.static_checked:
                 if name in changes:
@@ -396,26 +399,21 @@ class Struct(metaclass=StructMeta):
             >>> P(a=1, b=2).select().at(lambda p: p.b).apply(lambda v: v * 10)
             P(a=1, b=20)
         """
-        return _selector(self)
+        return _selection_layer().select(self)
 
 
 set_generic_replace(Struct.replace)
 
-
-def _no_selector(obj: Any) -> Any:
-    raise StructError(
-        "Struct.select() needs the selection layer, which importing jaxstruct.core loads; "
-        "import jaxstruct.core (or call jaxstruct.core.select(obj))"
-    )
+#: The selection layer: it builds on Struct (a Selection is a struct), so Struct reaches
+#: it by name, when ``select`` is called, instead of importing it (nothing is installed
+#: into this module at import time, and nothing runs before the first call).
+_SELECTION_LAYER = "jaxstruct.core._select"
 
 
-_selector: Callable[[Any], Any] = _no_selector
-
-
-def install_selector(fn: Callable[[Any], Any]) -> None:
-    """Make ``Struct.select`` call ``fn`` (the selection layer's ``select``, which sits above)."""
-    global _selector
-    _selector = fn
+def _selection_layer() -> Any:
+    """The ``jaxstruct.core._select`` package (imported with jaxstruct.core; else now)."""
+    found = sys.modules.get(_SELECTION_LAYER)
+    return found if found is not None else importlib.import_module(_SELECTION_LAYER)
 
 
 def _initvar_values(cls: type, layout: Layout, changes: dict[str, Any]) -> tuple[Any, ...]:

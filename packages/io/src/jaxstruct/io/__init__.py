@@ -3,7 +3,8 @@
 from ._async import ExportHandle
 from ._budget import BUDGET_ENV as HOST_BUDGET_ENV
 from ._budget import host_budget, reserve_host
-from ._checkpoint import export, load
+from ._encode import manifest_from_json, seal_manifest
+from ._export import export
 from ._formats import (
     ArraySpec,
     Format,
@@ -18,9 +19,9 @@ from ._formats import (
     place,
     walk,
 )
-from ._fs import CheckpointWriteError
 from ._host import host_chunks
 from ._inspect import CheckpointInfo, inspect
+from ._load import load
 from ._manager import CheckpointManager
 from ._multihost import SYNC_TIMEOUT_ENV, sync_timeout
 from ._plain import join_path
@@ -38,8 +39,10 @@ from ._plugins import (
     hookimpl,
     register_codec,
     register_format,
+    using,
 )
 from ._process import at_fork, map_on_workers, submit_to_workers
+from ._publish import CheckpointWriteError, flush_while_writing, make_durable
 from ._schema import Limits, parse_json
 from ._state import from_state_dict, to_state_dict
 from ._targets import SavedSharding, saved_sharding
@@ -75,6 +78,7 @@ __all__ = [
     "current_registry",
     "empty_array",
     "export",
+    "flush_while_writing",
     "from_state_dict",
     "hookimpl",
     "host_array",
@@ -84,6 +88,8 @@ __all__ = [
     "inspect",
     "join_path",
     "load",
+    "make_durable",
+    "manifest_from_json",
     "map_on_workers",
     "parse_json",
     "place",
@@ -91,8 +97,10 @@ __all__ = [
     "register_format",
     "reserve_host",
     "saved_sharding",
+    "seal_manifest",
     "submit_to_workers",
     "sync_timeout",
     "to_state_dict",
+    "using",
     "walk",
 ]

@@ -1,7 +1,11 @@
-"""Non-blocking export: a handle on a background write, and one write per path at a time."""
+"""Non-blocking export: a handle on a background write, and private copies of its arrays.
+
+(One write per path at a time is ``_publish``'s: a new export to a path waits for the
+handle of the previous one.)"""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -9,19 +13,9 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError, StructError
 
-from . import _host, _process
+from . import _host
 from ._formats import PendingWrite, host_array
-
-_lock = threading.Lock()
-_in_flight: dict[str, ExportHandle] = {}
-
-
-@_process.at_fork
-def _forget_in_child() -> None:
-    """After a fork: the parent's background writes run in threads the child does not have."""
-    global _lock
-    _lock = threading.Lock()
-    _in_flight.clear()
+from ._publish import register, unregister
 
 
 class ExportHandle:
@@ -51,6 +45,9 @@ class ExportHandle:
         self._error: BaseException | None = None
 
     def _start(self, work: Callable[[], PendingWrite | None]) -> None:
+        """Run ``work`` (the write, then the publication) in a thread of its own."""
+        register(self._key, self._finished)
+
         def run() -> None:
             try:
                 pending = work()
@@ -60,11 +57,14 @@ class ExportHandle:
                 self._error = err
             finally:
                 self._finished.set()
-                with _lock:
-                    if _in_flight.get(self._key) is self:
-                        del _in_flight[self._key]
+                unregister(self._key, self._finished)
 
-        threading.Thread(target=run, name="jaxstruct-export", daemon=False).start()
+        # In the caller's context: a registry used for a with block (PluginRegistry.using)
+        # is the background write's too.
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(run,), name="jaxstruct-export", daemon=False
+        ).start()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the checkpoint is written; raise the background write's error if any.
@@ -95,20 +95,6 @@ class ExportHandle:
     def __repr__(self) -> str:
         state = "done" if self.done() else "running"
         return f"ExportHandle({str(self.path)!r}, {state})"
-
-
-def wait_for_previous(key: str) -> None:
-    """Wait for an in-flight export to the same path, ignoring its error (its caller sees it)."""
-    with _lock:
-        previous = _in_flight.get(key)
-    if previous is not None:
-        previous._finished.wait()
-
-
-def register(handle: ExportHandle) -> None:
-    """Record ``handle`` as the in-flight export of its path."""
-    with _lock:
-        _in_flight[handle._key] = handle
 
 
 def host_copy(arr: Any) -> np.ndarray:

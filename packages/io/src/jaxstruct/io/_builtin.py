@@ -13,20 +13,63 @@ from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
 from . import _zip
-from ._formats import Format
-from ._fs import (
-    ARRAYS,
-    MANIFEST,
-    fsync_all,
-    identity,
-    open_noatime,
-    open_regular,
-    read_all,
-    stat_identity,
-)
+from ._formats import Format, identity, stat_identity
 from ._npz import NpzCheckpoint, read_member
 from ._npz import members as npz_members
 from ._schema import DEFAULT_LIMITS, Limits, check_node_budget, parse_manifest
+from ._zip import ARRAYS, MANIFEST
+
+_NOATIME = getattr(os, "O_NOATIME", 0)  # Linux only
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_noatime(path: Path, flags: int, dir_fd: int | None = None) -> int:
+    """``os.open`` without updating the access time where the owner may ask for that."""
+    name: Path | str = path if dir_fd is None else path.name
+    if _NOATIME:
+        try:
+            return os.open(name, flags | _NOATIME, dir_fd=dir_fd)
+        except PermissionError:  # O_NOATIME needs the file's owner (or CAP_FOWNER)
+            pass
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+def open_regular(path: Path, *, follow: bool, dir_fd: int | None = None) -> tuple[int, int]:
+    """Open ``path`` for reading and return ``(fd, size)``; only regular files are accepted."""
+    flags = _READ_FLAGS if follow else _READ_FLAGS | os.O_NOFOLLOW
+    try:
+        fd = open_noatime(path, flags, dir_fd)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{str(path)!r}: no such file") from None
+    except OSError as err:
+        if not follow and os.path.islink(path):
+            raise SerializationError(
+                f"{str(path)!r}: is a symbolic link; only regular files are read"
+            ) from None
+        raise SerializationError(f"{str(path)!r}: cannot be opened ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SerializationError(
+                f"{str(path)!r}: is not a regular file; only regular files are read"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def read_all(fd: int, size: int, where: str) -> bytes:
+    """Read exactly ``size`` bytes from the start of ``fd``."""
+    chunks: list[bytes] = []
+    pos = 0
+    while pos < size:
+        chunk = os.pread(fd, min(size - pos, 1 << 24), pos)
+        if not chunk:
+            raise SerializationError(f"{where}: file shrank while being read")
+        chunks.append(chunk)
+        pos += len(chunk)
+    return b"".join(chunks)
 
 
 def _manifest_too_big(where: str, size: int, limits: Limits) -> SerializationError:
@@ -71,7 +114,7 @@ def _checked_manifest(data: bytes, where: str, *, check: bool = True) -> bytes:
                 "was written; restore the checkpoint from a copy (after editing it on purpose, "
                 'delete its last member, "checksum")'
             )
-    return data[:end] + b"}"  # one copy: a big manifest's costs more than its CRC
+    return data[:end] + b"}\n"  # as written (one copy: a big manifest's costs more than its CRC)
 
 
 #: The manifests this process wrote, by identity (device, inode, size, modification
@@ -130,6 +173,7 @@ class DirectoryFormat(Format):
     suffixes = ()
     is_directory = True
     also_reads = ("zip",)  # an unzipped .zip checkpoint is a directory checkpoint
+    checks_arrays = True  # every member's CRC-32, checked on every read
 
     def write(
         self,
@@ -144,19 +188,13 @@ class DirectoryFormat(Format):
         step("temp-created")
         with _create(target / ARRAYS) as npz:
             _zip.write_zip(npz, npz_members(arrays), compression=compression, after_member=step)
-            step("arrays-written")
-            with _create(target / MANIFEST) as man:
-                man.write(_with_checksum(manifest))
-                step("manifest-written")
-                dirfd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    fsync_all([npz.fileno(), man.fileno()], [dirfd])
-                finally:
-                    os.close(dirfd)
-                if len(_WRITTEN) >= _WRITTEN_MAX:
-                    _WRITTEN.clear()
-                _WRITTEN.add(stat_identity(os.fstat(man.fileno())))
-        step("temp-synced")
+        step("arrays-written")
+        with _create(target / MANIFEST) as man:
+            man.write(_with_checksum(manifest))
+            if len(_WRITTEN) >= _WRITTEN_MAX:
+                _WRITTEN.clear()
+            _WRITTEN.add(stat_identity(os.fstat(man.fileno())))
+        step("manifest-written")
 
     def sniff(self, path: Path) -> bool:
         # A manifest.json found inside makes ``path`` a directory (or a link to one).
@@ -228,6 +266,7 @@ class ZipFormat(Format):
     suffixes = (".zip",)
     is_directory = False
     also_reads = ("directory",)  # a zipped directory checkpoint is a zip checkpoint
+    checks_arrays = True  # every member's CRC-32, checked on every read
 
     def write(
         self,
@@ -241,8 +280,7 @@ class ZipFormat(Format):
         members = npz_members(arrays)  # refuse what cannot be written before creating anything
         with _create(target) as handle:
             _zip.write_outer(handle, manifest, members, compression=compression, after_member=step)
-            os.fsync(handle.fileno())
-        step("temp-synced")
+        step("arrays-written")
 
     def sniff(self, path: Path) -> bool:
         if not path.is_file():
@@ -320,7 +358,7 @@ class ZipFormat(Format):
 def _is_our_manifest(data: bytes, fmt: Format) -> bool:
     """Whether ``data`` parses as a jaxstruct manifest written for ``fmt``'s container."""
     try:
-        top = parse_manifest(data, MANIFEST)
+        top = parse_manifest(data, MANIFEST, check_seal=False)  # a damaged one is ours too
     except SerializationError:
         return False
     return top["container"] in (fmt.name, *fmt.also_reads)

@@ -18,10 +18,15 @@ from ._plugins import PluginWarning, current_registry
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``jaxstruct`` command; return the exit status.
 
-    ``0``: done (and with ``--verify``, every member is sound); ``1``:
-    ``--verify`` found bad members (each is named on stderr); ``2``: the
-    checkpoint could not be read. ``jaxstruct plugins`` exits with ``0``.
-    Output cut short by its reader (``| head``) ends the command quietly.
+    ``jaxstruct inspect``: ``0``: done (and with ``--verify``, every member is
+    sound, checked against its checksums); ``1``: ``--verify`` found bad members
+    (each is named on stderr); ``2``: the checkpoint could not be read; ``3``:
+    ``--verify`` read every array but could check nothing (the checkpoint carries
+    no checksums: another tool wrote it, or jaxstruct before checksums).
+    ``jaxstruct plugins``: ``0``: every
+    installed plugin is loaded or disabled on purpose; ``1``: a plugin failed, or
+    clashes with another (each is listed with why). Output cut short by its
+    reader (``| head``) ends the command quietly.
 
     Example:
         >>> main(["inspect", "/nonexistent/checkpoint"])
@@ -50,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     listing = commands.add_parser(
         "plugins",
         help="list every jaxstruct.io plugin, its distribution and version, what it registers "
-        "and its state (loaded, failed and why, disabled)",
+        "and its state (loaded, failed and why, disabled); exit status 1 when a plugin failed "
+        "or clashes with another",
     )
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
     args = parser.parse_args(argv)
@@ -75,6 +81,11 @@ def _plugins(*, as_json: bool) -> int:
         print(json.dumps([info.to_json() for info in infos], indent=1))
     else:
         print("\n".join(str(info) for info in infos))
+    broken = [info for info in infos if info.state == "failed" or info.problems]
+    if broken:
+        names = ", ".join(f"{info.name!r} ({info.distribution})" for info in broken)
+        print(f"jaxstruct plugins: not every plugin works: {names}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -102,7 +113,9 @@ def _inspect(args: argparse.Namespace) -> int:
             )
     for problem in problems or ():
         print(f"jaxstruct inspect: bad member: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    if problems:
+        return 1
+    return 3 if problems is not None and not checksummed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,7 @@ import numpy as np
 from jaxstruct.registry import (
     ClassReferenceError,
     SerializationError,
+    StructError,
     class_ref,
     is_registered_pytree_type,
     lookup_class,
@@ -28,9 +29,35 @@ from jaxstruct.registry import (
 
 from ._jax_private import put_on_default_device, weakly_typed
 from ._nodes import (
+    ARRAY,
+    BOOL,
+    BYTES,
+    CALLABLE,
+    CLASS,
     CLASS_TAGS,
+    CODEC,
+    COMPLEX,
+    DICT,
+    ENUM,
+    FLOAT,
+    FROZENSET,
+    INT,
+    JAXARRAY,
+    LIST,
+    MAPPING,
+    NAMEDTUPLE,
+    NONE,
+    NPSCALAR,
+    PATH,
     PATH_TYPES,
+    PRNGKEY,
+    PYTREE,
+    SCALARTYPE,
     SEQUENCES,
+    SET,
+    STR,
+    STRUCT,
+    TUPLE,
     MalformedNode,
     child_names,
     children,
@@ -42,11 +69,9 @@ from ._targets import TargetMatch, mark_unused
 from ._values import (
     KNOWN_MAPPINGS,
     Codec,
-    build_struct,
     imported_node_class,
     is_struct_class,
     known_mapping,
-    struct_fields,
     unflatten_node,
 )
 
@@ -90,7 +115,7 @@ class Resolver:
         if not isinstance(ref, str):
             raise _NodeError(f"class reference must be a string, got {type(ref).__name__}")
         cls = self.overrides.get(ref) or vouched or lookup_class(ref)
-        if cls is None and what in ("pytree", "stored"):
+        if cls is None and what in (PYTREE, "stored"):
             cls = imported_node_class(ref)  # registered with JAX by an imported module
         if cls is not None:
             return cls
@@ -174,7 +199,11 @@ class _Decoder:
         codec_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.nodes = nodes
-        self.target = target if target is not None else TargetMatch({})
+        # What a restore target vouches for (none without one): see ``TargetMatch``.
+        self.classes: dict[int, type] = {} if target is None else target.classes
+        self.supplied: dict[int, dict[str, Any]] = {} if target is None else target.supplied
+        self.leaves: dict[int, Any] = {} if target is None else target.leaves
+        self.unused: set[int] = set() if target is None else target.unused
         self.meta = meta
         self.arrays = arrays
         self.resolver = resolver
@@ -194,7 +223,7 @@ class _Decoder:
         for node in self.nodes:
             if (
                 type(node) is list
-                and ((len(node) == 2 and node[0] == "jaxarray") or node[:1] == ["prngkey"])
+                and ((len(node) == 2 and node[0] == JAXARRAY) or node[:1] == [PRNGKEY])
                 and len(node) >= 2
                 and type(node[1]) is str
                 and node[1] in self.meta
@@ -221,14 +250,14 @@ class _Decoder:
         """Leave out the functions in the static data of another library's pytree node whose
         class is a Struct now: that node loads into the struct's own fields, or is refused."""
         for i, node in enumerate(self.nodes):
-            if type(node) is list and len(node) >= 4 and node[0] == "pytree" and node[2] == "j":
+            if type(node) is list and len(node) >= 4 and node[0] == PYTREE and node[2] == "j":
                 ref = node[1]
                 cls = self.resolver.overrides.get(ref) if isinstance(ref, str) else None
-                cls = cls or self.target.classes.get(i)
+                cls = cls or self.classes.get(i)
                 if cls is None and isinstance(ref, str):
                     cls = lookup_class(ref)
                 if cls is not None and is_struct_class(cls):
-                    mark_unused(self.nodes, node[3], self.target.unused)
+                    mark_unused(self.nodes, node[3], self.unused)
 
     def fail(self, index: int, problem: str) -> SerializationError:
         return SerializationError(f"{self.source}: the value at {self.path_of(index)}: {problem}")
@@ -468,7 +497,7 @@ def _h_dict(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed namedtuple node")
-    cls = d.resolver.resolve(node[1], "namedtuple", d.target.classes.get(i))
+    cls = d.resolver.resolve(node[1], NAMEDTUPLE, d.classes.get(i))
     if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not a namedtuple class")
     kids = d.children(i, node[2])
@@ -483,7 +512,7 @@ def _h_namedtuple(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]
 def _h_enum(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 3:
         raise _NodeError("malformed enum node")
-    cls = d.resolver.resolve(node[1], "enum", d.target.classes.get(i))
+    cls = d.resolver.resolve(node[1], ENUM, d.classes.get(i))
     if not issubclass(cls, enum.Enum):
         raise _NodeError(f"{node[1]!r} resolved to {cls!r}, which is not an Enum")
     name = _str(node[2], "enum member name")
@@ -516,7 +545,7 @@ def _h_npscalar(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
 
 
 def _h_array(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
-    want_jax = node[0] == "jaxarray"
+    want_jax = node[0] == JAXARRAY
     weak = want_jax and len(node) == 3 and node[2] == "weak"
     if len(node) != 2 and not weak:
         raise _NodeError("malformed array node")
@@ -577,7 +606,7 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     ):
         raise _NodeError("malformed struct node")
     ref, stored_version, fields = node[1], node[2], node[3]
-    cls = d.resolver.resolve(ref, "struct", d.target.classes.get(i))
+    cls = d.resolver.resolve(ref, STRUCT, d.classes.get(i))
     try:
         spec = resolve_pytree_spec(cls)
     except ClassReferenceError:
@@ -587,8 +616,8 @@ def _h_struct(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     kids = d.children(i, list(fields.values()))
     values = {name: d.out[c] for name, c in zip(fields, kids, strict=True)}
     values = _migrate(cls, stored_version, values)
-    supplied = d.target.supplied.get(i)
-    if supplied and d.target.classes.get(i) is cls:
+    supplied = d.supplied.get(i)
+    if supplied and d.classes.get(i) is cls:
         for name, value in supplied.items():
             values.setdefault(name, value)  # a field not stored: the target's value
     return _build(cls, values, ref), kids
@@ -632,7 +661,7 @@ def _migrate(cls: type, stored: int, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
-    specs = {f.name: f for f in struct_fields(cls)}
+    specs = {f.name: f for f in _struct_fields(cls)}
     unknown = [n for n in values if n not in specs or specs[n].is_derived]
     if unknown:
         raise _NodeError(
@@ -654,7 +683,9 @@ def _build(cls: type, values: dict[str, Any], ref: str) -> Any:
             f"required field(s) {missing} of {cls.__qualname__} are missing from the stored "
             f"value{hint}; give the field a default, or fill it in a __struct_migrate__ classmethod"
         )
-    return build_struct(cls, values)
+    import jaxstruct.core as js
+
+    return js.build(cls, values)  # no __init__: the stored values, as they were
 
 
 def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -662,7 +693,7 @@ def _h_pytree(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if not (len(node) == 5 or named) or node[2] not in ("s", "a", "j"):
         raise _NodeError("malformed pytree node")
     ref, mode = node[1], node[2]
-    cls = d.resolver.resolve(ref, "pytree", d.target.classes.get(i))
+    cls = d.resolver.resolve(ref, PYTREE, d.classes.get(i))
     if mode == "j":  # a class registered with JAX only, rebuilt by its own unflatten
         spec = None
         if is_registered_pytree_type(cls):
@@ -709,7 +740,7 @@ def _ported(d: _Decoder, i: int, node: list[Any], cls: type, ref: str) -> tuple[
     """A value stored as another library's pytree node (a flax.struct or chex dataclass, an
     equinox Module) whose class is a Struct now: built by the struct's own construction from
     the stored children, matched by field names, when the user vouches for the class."""
-    vouched = d.target.classes.get(i) is cls or d.resolver.overrides.get(ref) is cls
+    vouched = d.classes.get(i) is cls or d.resolver.overrides.get(ref) is cls
     if not is_struct_class(cls):
         raise _NodeError(
             f"{ref!r} is registered with jaxstruct now, but the file stores it as another "
@@ -735,9 +766,9 @@ def _ported(d: _Decoder, i: int, node: list[Any], cls: type, ref: str) -> tuple[
         )
     kids = d.children(i, [node[3], *node[4]])
     values = {name: d.out[c] for name, c in zip(names, kids[1:], strict=True)}
-    for name, value in (d.target.supplied.get(i) or {}).items():
+    for name, value in (d.supplied.get(i) or {}).items():
         values.setdefault(name, value)  # not stored as a child (static then): the target's
-    specs = {f.name: f for f in struct_fields(cls)}
+    specs = {f.name: f for f in _struct_fields(cls)}
     unknown = [n for n in values if n not in specs or specs[n].is_derived]
     if unknown:
         raise _NodeError(
@@ -759,9 +790,9 @@ def _h_callable(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError("malformed callable node")
     name = _str(node[1], "callable name")
-    if i in d.target.unused:
+    if i in d.unused:
         return None, []  # static data of a node loaded into a Struct: never used
-    value = d.target.leaves.get(i)
+    value = d.leaves.get(i)
     if value is None:
         value = d.resolver.function(name)
     if value is None:
@@ -786,7 +817,7 @@ def _h_class(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
     if len(node) != 2:
         raise _NodeError("malformed class node")
     # The class itself, never instantiated; found as the classes of nodes are.
-    return d.resolver.resolve(node[1], "stored", d.target.classes.get(i)), []
+    return d.resolver.resolve(node[1], "stored", d.classes.get(i)), []
 
 
 def _h_scalartype(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
@@ -848,42 +879,51 @@ def _h_codec(d: _Decoder, i: int, node: list[Any]) -> tuple[Any, list[int]]:
         value = codec.decode(d.out[kids[0]])
     except Exception as err:
         raise _NodeError(
-            f"codec {name!r} failed to decode it ({type(err).__name__}: {err})"
+            f"codec {name!r} ({_source(name)}) failed to decode it ({type(err).__name__}: {err})"
         ) from err
     if type(value) not in codec.types:
         raise _NodeError(
-            f"codec {name!r} returned {type(value).__name__}, not one of its declared types"
+            f"codec {name!r} ({_source(name)}) returned {type(value).__name__}, not one of its "
+            "declared types; its decode is wrong (report it to the codec's authors)"
         )
     return value, kids
 
 
+def _source(codec_name: str) -> str:
+    """Who registered the codec ``codec_name`` (a plugin and its distribution)."""
+    try:
+        return current_registry().describe_source("codec", codec_name)
+    except (KeyError, StructError):
+        return "not registered"
+
+
 _HANDLERS: dict[str, Callable[[_Decoder, int, list[Any]], tuple[Any, list[int]]]] = {
-    "none": _h_none,
-    "bool": _h_bool,
-    "int": _h_int,
-    "float": _h_float,
-    "complex": _h_complex,
-    "str": _h_str,
-    "bytes": _h_bytes,
-    "path": _h_path,
-    "list": _h_sequence,
-    "tuple": _h_sequence,
-    "set": _h_sequence,
-    "frozenset": _h_sequence,
-    "dict": _h_dict,
-    "namedtuple": _h_namedtuple,
-    "enum": _h_enum,
-    "npscalar": _h_npscalar,
-    "array": _h_array,
-    "jaxarray": _h_array,
-    "prngkey": _h_prngkey,
-    "struct": _h_struct,
-    "pytree": _h_pytree,
-    "callable": _h_callable,
-    "scalartype": _h_scalartype,
-    "class": _h_class,
-    "mapping": _h_mapping,
-    "codec": _h_codec,
+    NONE: _h_none,
+    BOOL: _h_bool,
+    INT: _h_int,
+    FLOAT: _h_float,
+    COMPLEX: _h_complex,
+    STR: _h_str,
+    BYTES: _h_bytes,
+    PATH: _h_path,
+    LIST: _h_sequence,
+    TUPLE: _h_sequence,
+    SET: _h_sequence,
+    FROZENSET: _h_sequence,
+    DICT: _h_dict,
+    NAMEDTUPLE: _h_namedtuple,
+    ENUM: _h_enum,
+    NPSCALAR: _h_npscalar,
+    ARRAY: _h_array,
+    JAXARRAY: _h_array,
+    PRNGKEY: _h_prngkey,
+    STRUCT: _h_struct,
+    PYTREE: _h_pytree,
+    CALLABLE: _h_callable,
+    SCALARTYPE: _h_scalartype,
+    CLASS: _h_class,
+    MAPPING: _h_mapping,
+    CODEC: _h_codec,
 }
 
 
@@ -971,3 +1011,10 @@ def _register_stand_in() -> None:
     jax.tree_util.register_pytree_node(
         CodecStandIn, lambda s: ((s.stored,), None), lambda _, kids: CodecStandIn(kids[0])
     )
+
+
+def _struct_fields(cls: type) -> list[Any]:
+    """The ``FieldSpec`` objects of a Struct class, in declaration order."""
+    import jaxstruct.core as js
+
+    return list(js.fields(cls).values())

@@ -1,10 +1,17 @@
-"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays."""
+"""The format protocol, what a manager needs at a URL, and tree paths of a manifest's arrays.
+
+Also what formats and the modules around them share about paths: a URL or a local
+path (:func:`local_or_url`), and "has this file changed" (:func:`identity`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +26,8 @@ class ManifestNode(NamedTuple):
     """One node of a manifest, as :func:`walk` yields it.
 
     Attributes:
-        path: its tree path (``""`` for the root).
+        path: its tree path, as :func:`jaxstruct.io.join_path` writes its steps (``""``
+            for the root, which has none).
         tag: the node's tag (``"struct"``, ``"dict"``, ``"array"``, ...).
         node: the node itself (a JSON list; see the manifest layout in the io guide).
     """
@@ -53,7 +61,9 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
     nodes, root = inner["nodes"], inner.get("root")
     if type(root) is not int or not 0 <= root < len(nodes):
         raise ValueError("the manifest's root is not a node index")
-    stack: list[tuple[int, str]] = [(root, "")]
+    # A path of None is the root's (no step): "" is the path of one empty step's parent
+    # no more than of the root, so emptiness cannot tell them apart.
+    stack: list[tuple[int, str | None]] = [(root, None)]
     seen = 0
     while stack:
         index, path = stack.pop()
@@ -63,7 +73,7 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         node = nodes[index]
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             raise ValueError(f"node {index} is malformed")
-        yield ManifestNode(path, node[0], node)
+        yield ManifestNode(path or "", node[0], node)
         try:
             kids = [(c, tree_step(nodes, c)) for c in children(node) if c.role in TREE_ROLES]
         except (TypeError, ValueError):
@@ -71,7 +81,7 @@ def walk(manifest: bytes | str | Mapping[str, Any]) -> Iterator[ManifestNode]:
         for child, step in reversed(kids):
             if type(child.index) is not int or not 0 <= child.index < index:
                 raise ValueError(f"node {index} has an invalid child index")
-            joined = path if step is None else (f"{path}.{step}" if path else step)
+            joined = path if step is None else (step if path is None else f"{path}.{step}")
             stack.append((child.index, joined))
 
 
@@ -81,6 +91,12 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
     A format's ``write`` gets the manifest bytes and the arrays by key; this
     names each array by where it sits (``params.layers.0.w``). On read, the
     same call on ``OpenedCheckpoint.manifest`` gives the same names back.
+
+    A path is :func:`jaxstruct.io.join_path` of its steps: every step is kept
+    (the dict key ``""`` is the step ``%``), so two different places never get
+    one path, and an array at the root has the empty path ``""``. Only where
+    two keys of one dict have the same text (``1`` and ``"1"``) does the later
+    get ``~`` and its array key appended (``1~a4``).
 
     Raises:
         ValueError: it is not a well-formed manifest.
@@ -98,12 +114,44 @@ def array_paths(manifest: bytes | str | Mapping[str, Any]) -> dict[str, str]:
         if entry.tag not in ARRAY_TAGS or len(entry.node) < 2:
             continue
         key = entry.node[1]
-        path = entry.path or "root"
+        path = entry.path
         if path in taken:
             path = f"{path}~{escape_step(str(key))}"
         taken.add(path)
         out[str(key)] = path
     return out
+
+
+#: A path that names a URL (``gs://bucket/ck``, ``memory://x``) rather than a local file.
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path: str) -> bool:
+    """Return whether ``path`` looks like a URL (``gs://bucket/ck``, ``memory://x``)."""
+    return URL.match(path) is not None
+
+
+def local_or_url(path: str | os.PathLike[str], what: str) -> Any:
+    """``path`` as a :class:`~pathlib.Path`, or as the string of a URL."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"{what}() expected a str or os.PathLike path, got {path!r}")
+    return text if URL.match(text) else Path(text)
+
+
+def identity(path: Any, *, follow: bool = True) -> tuple[int, ...] | None:
+    """What changes when ``path`` is replaced or edited (device, inode, size, modification
+    and change times), or ``None`` when nothing is there: "has this file changed"."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat_identity(st)
+
+
+def stat_identity(st: os.stat_result) -> tuple[int, ...]:
+    """:func:`identity` of a file already stat-ed (``os.fstat`` of an open one)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RemoteDirectory:
@@ -442,19 +490,32 @@ class Format:
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, fsynced.
+        """Create ``target`` (which does not exist) holding ``manifest`` and ``arrays``, and
+        write nothing anywhere else.
 
         ``arrays`` maps keys to ``numpy.ndarray`` or ``jax.Array`` values as the
-        user holds them (possibly sharded); write them shard by shard
+        user holds them (possibly sharded): :func:`host_array` gives one host
+        copy; a format for large models writes shard by shard
         (:func:`host_pieces`), never gathering a sharded array into one buffer.
-        The keys are opaque; :func:`jaxstruct.io.array_paths` of ``manifest``
-        names each array by its tree path. Keep each array's memory order and
-        store a checksum per array.
+        Never write into them. The keys are opaque; :func:`jaxstruct.io.array_paths`
+        of ``manifest`` names each array by its tree path. Keep each array's
+        memory order.
 
-        Before publishing, ``export`` checks that ``target`` exists, is a
-        directory exactly when :attr:`is_directory` says so, and is recognised
-        by :meth:`sniff`; otherwise nothing is replaced and the export raises
-        ``SerializationError`` naming this format.
+        ``compression`` is ``"auto"`` (the format decides; always accepted),
+        ``"deflate"`` (compress the arrays) or ``"none"`` (store them as they
+        are): honour what you can and refuse the rest with a
+        ``SerializationError`` naming the value, before writing anything.
+
+        Durability is jaxstruct's: ``export`` makes ``target`` durable
+        (:func:`jaxstruct.io.make_durable`: every file and directory under it)
+        after this returns, then renames it into place, so ``write`` fsyncs
+        nothing (a format that :attr:`publishes_atomically` makes its own commit
+        durable). Before
+        publishing, ``export`` checks that ``target`` exists, is a directory
+        exactly when :attr:`is_directory` says so, and is recognised by
+        :meth:`sniff`; otherwise nothing is replaced and the export raises
+        ``SerializationError`` naming this format. ``jaxstruct.testing.FormatTests``
+        tests every promise of a format.
         """
         raise NotImplementedError
 

@@ -10,12 +10,38 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
+from ._contract import call_format, expected_checks, read_checked, source_of
 from ._decode import struct_kinds_ok
-from ._detect import call_format, open_any, read_checked, source_of
-from ._formats import CHECKSUMS_NOT_STATED, ArraySpec, Format, OpenedCheckpoint
-from ._nodes import ARRAY_TAGS, SEQUENCES, children, key_label
-from ._publish import local_or_url
-from ._schema import check_arrays_table, clip, limits_from_kwargs
+from ._formats import CHECKSUMS_NOT_STATED, ArraySpec, Format, OpenedCheckpoint, local_or_url
+from ._load import open_any
+from ._nodes import (
+    ARRAY_TAGS,
+    BOOL,
+    BYTES,
+    CALLABLE,
+    CLASS,
+    CODEC,
+    COMPLEX,
+    DICT,
+    ENUM,
+    FLOAT,
+    INT,
+    JAXARRAY,
+    MAPPING,
+    NAMEDTUPLE,
+    NONE,
+    NPSCALAR,
+    PATH,
+    PRNGKEY,
+    PYTREE,
+    SCALARTYPE,
+    SEQUENCES,
+    STR,
+    STRUCT,
+    children,
+    key_label,
+)
+from ._schema import BY_FORMAT, check_arrays_table, clip, limits_from_kwargs
 
 _MAX_LINES = 20_000
 _MAX_INDENT = 48
@@ -86,6 +112,11 @@ class CheckpointInfo:
         return "\n".join([*lines, self.tree])
 
 
+def _piece_size(n: int) -> str:
+    """A piece size (a power of two, 4 KiB to 1 GiB) in words: ``1 MiB``."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
 def _size(n: float) -> str:
     if n < 1024:
         return f"{n} B"
@@ -103,7 +134,7 @@ def _edges(node: list[Any], nodes: list[Any]) -> list[tuple[str, Any]]:
     """The ``(edge label, child index)`` pairs of ``node``, as the tree shows them."""
     kids = children(node)
     kinds = None
-    if node[0] == "struct" and len(node) == 5 and struct_kinds_ok(node[4], len(kids)):
+    if node[0] == STRUCT and len(node) == 5 and struct_kinds_ok(node[4], len(kids)):
         kinds = node[4]  # files written before field kinds were recorded show none
     edges: list[tuple[str, Any]] = []
     for kid in kids:
@@ -126,7 +157,7 @@ def _edges(node: list[Any], nodes: list[Any]) -> list[tuple[str, Any]]:
                 (f".{kid.name}" if kid.name is not None else f"<child {kid.position}>", kid.index)
             )
         else:
-            edges.append(("<data>" if node[0] == "codec" else f"<{kid.name}>", kid.index))
+            edges.append(("<data>" if node[0] == CODEC else f"<{kid.name}>", kid.index))
     return edges
 
 
@@ -140,48 +171,48 @@ def _describe(
     edges = _edges(node, nodes)
     if tag in SEQUENCES:
         return f"{tag} ({len(node[1])} items)", edges
-    if tag == "dict":
+    if tag == DICT:
         return f"dict ({len(node[1]) // 2} items)", edges
-    if tag == "namedtuple":
+    if tag == NAMEDTUPLE:
         return f"namedtuple {node[1]}", edges
-    if tag == "struct":
+    if tag == STRUCT:
         version = f", schema version {node[2]}" if node[2] else ""
         return f"{node[1]} (struct{version})", edges
-    if tag == "pytree":
+    if tag == PYTREE:
         foreign = node[2] == "j"
         return f"{node[1]} ({'JAX' if foreign else 'registered'} pytree)", edges
-    if tag == "callable":
+    if tag == CALLABLE:
         return f"function {node[1]} (code, not stored: a load takes it from target=)", []
-    if tag == "codec":
+    if tag == CODEC:
         return f"<codec {node[1]!r}>", edges
-    if tag == "mapping":
+    if tag == MAPPING:
         return f"mapping {node[1]}", edges
-    if tag == "class":
+    if tag == CLASS:
         return f"class {node[1]}", []
-    if tag == "scalartype":
+    if tag == SCALARTYPE:
         return f"scalar type {node[1]}.{node[2]}", []
     if tag in ARRAY_TAGS:
         if len(node) < 2 or not isinstance(node[1], str) or node[1] not in arrays:
             raise SerializationError(f"array node names {clip(repr(node[1:2]))}, not in the table")
         dtype, shape, nbytes = arrays[node[1]]
         data = f"{dtype}{list(shape)} {_size(nbytes)} ({node[1]})"
-        if tag == "prngkey":
+        if tag == PRNGKEY:
             impl = node[2] if len(node) == 3 else "?"
             return f"PRNG key array ({clip(str(impl), 40)}), key data {data}", []
-        kind = "jax array" if tag == "jaxarray" else "array"
+        kind = "jax array" if tag == JAXARRAY else "array"
         return f"{'weakly typed ' if len(node) == 3 else ''}{kind} {data}", []
-    if tag == "enum":
+    if tag == ENUM:
         return f"enum {node[1]}.{node[2]}", []
-    if tag == "npscalar":
+    if tag == NPSCALAR:
         return f"numpy scalar {node[1]} 0x{node[2]}", []
-    if tag == "none":
+    if tag == NONE:
         return "None", []
-    if tag == "path":
+    if tag == PATH:
         return f"{node[1]}({node[2]!r})", []
-    if tag == "bytes":
+    if tag == BYTES:
         return f"bytes (base64 {clip(repr(node[1]), 40)})", []
-    if tag in ("bool", "int", "float", "str", "complex"):
-        return f"{tag} {clip(repr(node[1:]) if tag == 'complex' else repr(node[1]))}", []
+    if tag in (BOOL, INT, FLOAT, STR, COMPLEX):
+        return f"{tag} {clip(repr(node[1:]) if tag == COMPLEX else repr(node[1]))}", []
     raise SerializationError(f"unknown node tag {tag!r}")
 
 
@@ -254,7 +285,7 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     where = repr(str(target))
     fmt, opened, top = open_any(target, lim)
     try:
-        checksums = _checksums_of(opened)
+        checksums = _checksums_of(opened, top)
         if top is None:
             return _without_manifest(target, fmt, opened, checksums, where)
     finally:
@@ -284,11 +315,21 @@ def inspect(path: str | os.PathLike[str], **limits: int) -> CheckpointInfo:
     )
 
 
-def _checksums_of(opened: OpenedCheckpoint) -> str:
-    """The opened checkpoint's ``checksum_scheme`` (a format that sets none, or not a
+def _checksums_of(opened: OpenedCheckpoint, top: dict[str, Any] | None) -> str:
+    """What protects the stored bytes: jaxstruct's CRC-32s of a plugin format's arrays
+    where the manifest records them (and what the format states of its own, if anything),
+    else the opened checkpoint's ``checksum_scheme`` (a format that sets none, or not a
     string, does not state it)."""
     stated = getattr(opened, "checksum_scheme", CHECKSUMS_NOT_STATED)
-    return clip(stated, 200) if isinstance(stated, str) and stated else CHECKSUMS_NOT_STATED
+    stated = clip(stated, 200) if isinstance(stated, str) and stated else CHECKSUMS_NOT_STATED
+    section = None if top is None else top.get("checksums")
+    if not (isinstance(section, dict) and section.get("by") == "jaxstruct"):
+        return stated
+    ours = (
+        f"CRC-32 of every {_piece_size(section['piece'])} piece of every array and of the "
+        "manifest, kept by jaxstruct"
+    )
+    return ours if stated == CHECKSUMS_NOT_STATED else f"{ours}; the format's own: {stated}"
 
 
 _FLAT_NOTE = (
@@ -363,8 +404,10 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
     read and checked against the format's table of them.
 
     Returns:
-        One message per bad member (``[]`` when sound), and whether stored checksums
-        were checked (a format without them has its arrays read, one at a time).
+        One message per bad member (``[]`` when sound), and whether checksums were
+        checked: the format's own, or jaxstruct's CRC-32s of a plugin format's arrays
+        (``False``: a checkpoint carrying none, written by another tool or before
+        checksums, has its arrays read one at a time and nothing more).
 
     Example:
         >>> import tempfile, numpy as np
@@ -383,15 +426,21 @@ def verify_report(path: str | os.PathLike[str], **limits: int) -> tuple[list[str
         else:
             table = check_arrays_table(top["arrays"], where, lim)
             specs = {k: ArraySpec(*v) for k, v in table.items()}
-        checked = opened.verify(specs)
-        if checked is not None:
-            return list(checked), True
+        try:
+            checks = None if top is None else expected_checks(fmt, opened, top, specs, where)
+        except SerializationError as err:  # this file lost the checksums its manifest names
+            return [str(err)], True
+        if checks is None:
+            verified = opened.verify(specs)
+            if verified is not None:
+                return list(verified), True
         problems: list[str] = []
         for key in specs:
             try:
-                read_checked(fmt, opened, specs, {key: None}, where)
+                read_checked(fmt, opened, specs, {key: None}, where, checks=checks)
             except SerializationError as err:
                 problems.append(str(err))
-        return problems, False
+        by_format = top is not None and top.get("checksums") == BY_FORMAT
+        return problems, checks is not None or (by_format and opened.arrays_checked)
     finally:
         opened.close()

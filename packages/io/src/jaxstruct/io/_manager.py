@@ -14,14 +14,13 @@ from typing import Any
 
 from jaxstruct.registry import SerializationError
 
-from . import _fs, _multihost
+from . import _multihost
 from ._async import ExportHandle
-from ._checkpoint import export, load
-from ._detect import format_named, owns_checkpoint, sniffs
-from ._formats import Format
-from ._fs import fsync_dir
+from ._export import export
+from ._formats import Format, is_url
+from ._load import format_named, load, sniffs
 from ._multihost import PreemptionWatch
-from ._publish import is_url, local_paths_only
+from ._publish import fsync_dir, local_paths_only, owns_checkpoint, remove, replace_file
 
 _METRICS = ".metrics"
 _TRASH = ".jaxstruct-deleting-"
@@ -281,13 +280,7 @@ class CheckpointManager:
             self._remote.write_text(final, text)
             return
         final.parent.mkdir(exist_ok=True)  # (deleted by hand, say)
-        tmp = _fs.temp_sibling(final)
-        with open(tmp, "x", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
+        replace_file(final, text.encode("utf-8"))
 
     def _drop_metrics(self, step: int) -> None:
         """Remove the metrics of ``step``: metrics exist only beside its checkpoint."""
@@ -410,12 +403,12 @@ class CheckpointManager:
             return
         fsync_dir(self.directory)
         self._metrics_path(step).unlink(missing_ok=True)
-        _fs.remove(trash)
+        remove(trash)
 
     def _empty_trash(self) -> None:
         for name in os.listdir(self.directory):
             if _TRASH in name:
-                _fs.remove(self.directory / name)
+                remove(self.directory / name)
 
     def __repr__(self) -> str:
         return (

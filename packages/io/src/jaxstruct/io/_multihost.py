@@ -129,6 +129,37 @@ def agree(name: str, value: str, *, path: str = "") -> str:
     return value if process_count() == 1 else _from_primary(name, value, path, "did not arrive")
 
 
+def gather(name: str, value: Any, *, path: str = "") -> list[Any]:
+    """Return every process's JSON-able ``value``, in process order (``[value]`` with one).
+
+    Every process calls it together; one that never comes is named after the timeout.
+    """
+    if process_count() == 1:
+        return [value]
+    import json
+
+    timeout_s = sync_timeout()
+    unique = f"jaxstruct-{name}-{next(_counter)}"
+    client = distributed_client()
+    if client is None:  # pragma: no cover - JAX moved it
+        raise SerializationError(
+            f"{name}: jax.distributed's client was not found, so the processes cannot agree"
+        )
+    me = _process_index()
+    client.key_value_set(f"{unique}/{me}", json.dumps(value))
+    out: list[Any] = []
+    for index in range(process_count()):
+        if index == me:
+            out.append(value)
+            continue
+        try:
+            text = client.blocking_key_value_get(f"{unique}/{index}", int(timeout_s * 1000))
+        except Exception as err:
+            raise _timed_out(name, path, f"process {index} did not arrive", timeout_s, err) from err
+        out.append(json.loads(str(text)))
+    return out
+
+
 def share_outcome(name: str, error: BaseException | None, *, path: str = "") -> None:
     """Tell every process how process 0's part of ``name`` ended; raise its failure everywhere."""
     if process_count() == 1:

@@ -18,10 +18,16 @@ from zlib_ng.zlib_ng import crc32
 
 from . import _host, _process, _zip
 from ._formats import ArrayTable, OpenedCheckpoint, aligned_empty
-from ._schema import storage_dtype
 
 MAGIC = b"\x93NUMPY"
 _MAX_HEADER = 65_535
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        return np.dtype(f"<u{dtype.itemsize}")
+    return dtype
 
 
 def array_bytes(arr: np.ndarray) -> tuple[memoryview, bool]:
@@ -83,6 +89,7 @@ class NpzCheckpoint(OpenedCheckpoint):
     """Arrays stored as ``<key>.npy`` members of a checked zip index."""
 
     checksum_scheme = "CRC-32 of every member, the manifest's included"
+    arrays_checked = True  # a zip member's CRC-32 is always there, and every read checks it
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from ._detect import read_checked
+from ._contract import read_checked
 from ._formats import ArraySpec, Format, OpenedCheckpoint
 from ._nodes import escape_step
 

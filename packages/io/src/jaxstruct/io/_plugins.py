@@ -1,371 +1,50 @@
-"""Plugins collected with pluggy, checked, and tabled: who provides which name, and clashes."""
+"""The plugin registry: plugins collected with pluggy, once per process, and what each provides.
+
+A registry can also be used with more items for a while (:meth:`PluginRegistry.using`):
+within the ``with`` block, and only in the thread or task that entered it,
+:func:`current_registry` is the registry with those items.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import enum
+import contextlib
+import contextvars
 import importlib.metadata
-import inspect
 import os
-import pathlib
 import re
 import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
-import numpy as np
 import pluggy
-from jaxstruct.registry import StructError
+from jaxstruct.registry import SerializationError, StructError
 
 from . import _process, hookspecs
 from ._builtin import DirectoryFormat, ZipFormat
 from ._formats import Format
+from ._plugin_checks import check_hooks, check_item, claimed_by_broken
+from ._tables import BLOCK_ENV, Key, Origin, PluginInfo, Tables, claims_of, key_text, plugin_info
 from ._values import Codec
 
-#: A name an item takes: ``("format" | "codec" | "suffix" | "type", name, suffix or class)``.
-Key = tuple[str, Any]
-
-_PROJECT = "jaxstruct"
-_HOOK_PREFIX = "jaxstruct_"
-#: The hook names a plugin may implement (those of :mod:`jaxstruct.io.hookspecs`).
-HOOK_NAMES = tuple(sorted(name for name in hookspecs.__all__ if name.startswith(_HOOK_PREFIX)))
-
-
-def native_reason(cls: type) -> str | None:
-    """Why values of ``cls`` never reach a codec (they are stored natively), or ``None``."""
-    from jaxstruct.registry import is_registered_pytree_type
-
-    native = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
-    paths = (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath)
-    if cls in native or cls in paths or cls is np.ndarray or issubclass(cls, np.generic):
-        return f"{cls.__qualname__} values are stored natively"
-    if issubclass(cls, enum.Enum):
-        return "enum members are stored natively (by class and member name)"
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        return "namedtuples are stored natively (by class and fields)"
-    jax = sys.modules.get("jax")
-    if jax is not None and issubclass(cls, jax.Array):
-        return "JAX arrays are stored natively"
-    if is_registered_pytree_type(cls):
-        return f"{cls.__qualname__} is a registered pytree type (or Struct), stored by its fields"
-    return None
-
-
-def check_item(item: Any, kind: str) -> str | None:
-    """What is wrong with an item a hook returned, or ``None`` (never raises)."""
-    try:
-        return _check_item(item, kind)
-    except Exception as err:  # a property of the plugin's object that fails
-        return (
-            f"reading its {kind} {type(item).__qualname__}'s attributes raised "
-            f"{type(err).__name__}: {err}; its name and suffixes (or types) must be readable"
-        )
-
-
-def _check_item(item: Any, kind: str) -> str | None:
-    expected = Format if kind == "format" else Codec
-    if isinstance(item, type):
-        return (
-            f"its {kind} hook returned the class {item.__qualname__} instead of an instance; "
-            f"return {item.__qualname__}()"
-        )
-    if not isinstance(item, expected):
-        return f"its {kind} hook returned {item!r}; expected {expected.__name__} instances"
-    name = item.name
-    if not isinstance(name, str) or not name:
-        return f"its {kind} hook returned {item!r} with an empty name"
-    if isinstance(item, Format):
-        suffixes = item.suffixes
-        if isinstance(suffixes, str) or not all(
-            isinstance(s, str) and s.startswith(".") and len(s) > 1 for s in suffixes
-        ):
-            return (
-                f"format {name!r} has suffixes {suffixes!r}; expected a tuple of strings "
-                "starting with '.' ((\".h5\",))"
-            )
-        for suffix in suffixes:
-            if "." in suffix[1:]:
-                last = "." + suffix.rsplit(".", 1)[1]
-                return (
-                    f"format {name!r} claims the suffix {suffix!r}, which export never picks: "
-                    f"a path's format is chosen by its last suffix only ({last!r}); claim "
-                    f"{last!r} instead and tell the files apart in sniff()"
-                )
-    else:
-        for cls in item.types:
-            reason = native_reason(cls)
-            if reason is not None:
-                return (
-                    f"codec {name!r} handles {cls.__qualname__}, but {reason}: it would never run"
-                )
-    return None
-
-
-def claimed_by_broken(item: Any, kind: str) -> list[Key]:
-    """The names a refused item would have claimed, where they can be read (class attributes)."""
-    try:
-        return _claimed_by_broken(item, kind)
-    except Exception:  # unreadable: it claims nothing we can name
-        return []
-
-
-def _claimed_by_broken(item: Any, kind: str) -> list[Key]:
-    name = getattr(item, "name", None)
-    if not isinstance(name, str) or not name:
-        return []
-    keys: list[Key] = [(kind, name)]
-    if kind == "format":
-        suffixes = getattr(item, "suffixes", ())
-        if isinstance(suffixes, (tuple, list)):
-            keys += [("suffix", s.lower()) for s in suffixes if isinstance(s, str)]
-    return keys
-
-
-def check_hooks(plugin: Any) -> str | None:
-    """Refuse a plugin with a hook pluggy would silently skip: unknown, or without our marker.
-
-    Never raises: a plugin whose attributes cannot be listed or read is refused.
-    """
-    try:
-        return _check_hooks(plugin)
-    except Exception as err:
-        return (
-            f"reading its attributes raised {type(err).__name__}: {err}; a plugin module's "
-            "__getattr__ must raise AttributeError for names it does not have"
-        )
-
-
-def _check_hooks(plugin: Any) -> str | None:
-    hooks = ", ".join(HOOK_NAMES)
-    for name in dir(plugin):
-        try:
-            function = getattr(plugin, name)
-        except Exception:  # a property that fails; pluggy skips those too
-            continue
-        if not inspect.isroutine(function):
-            continue
-        # The projects whose pluggy hookimpl marker it carries (``<project>_impl``).
-        markers = sorted(
-            attr.removesuffix("_impl")
-            for attr, value in getattr(function, "__dict__", {}).items()
-            if attr.endswith("_impl") and isinstance(value, dict)
-        )
-        if _PROJECT in markers:
-            if name not in HOOK_NAMES:
-                close = difflib.get_close_matches(name, HOOK_NAMES, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                return (
-                    f"it implements {name!r}, which is not a jaxstruct.io hook; {hint}"
-                    f"rename it to one of: {hooks}"
-                )
-        elif name.startswith(_HOOK_PREFIX) and not hasattr(function, f"{_PROJECT}_spec"):
-            what = (
-                f"carries the hookimpl marker of {', '.join(map(repr, markers))} instead of "
-                "jaxstruct's"
-                if markers
-                else "has no hookimpl marker"
-            )
-            return (
-                f"it defines {name!r}, which {what}, so it would never run; decorate it "
-                "with @jaxstruct.io.hookimpl (or rename it if it is not meant as a hook)"
-            )
-    return None
-
-
-#: Comma-separated entry-point or distribution names of plugins never to load.
-BLOCK_ENV = "JAXSTRUCT_IO_BLOCK_PLUGINS"
-
-
-@dataclasses.dataclass(frozen=True)
-class PluginInfo:
-    """One plugin as the registry sees it (what ``jaxstruct plugins`` lists).
-
-    Attributes:
-        name: the entry-point name (``"jaxstruct-io-builtins"`` for the built-in
-            formats, ``"register_codec()"``-style names for runtime registrations).
-        distribution: the distribution that advertises it.
-        version: that distribution's version (``""`` if unknown).
-        state: ``"loaded"``, ``"failed"`` (nothing it provides is used) or
-            ``"disabled"`` (blocked, or not in the allow list).
-        reason: why it failed or is disabled (``""`` when loaded).
-        formats: the format names it registers, with their suffixes
-            (``"tar (.tar)"``).
-        codecs: the codec names it registers.
-        problems: names of it that clash with another plugin's, one message each.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    state: str
-    reason: str = ""
-    formats: tuple[str, ...] = ()
-    codecs: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """The same information as a JSON-ready dict."""
-        return dataclasses.asdict(self)
-
-    def __str__(self) -> str:
-        version = f" {self.version}" if self.version else ""
-        head = f"{self.name} ({self.distribution}{version}): {self.state}"
-        if self.reason:
-            head += f": {self.reason}"
-        lines = [head]
-        if self.formats:
-            lines.append(f"  formats: {', '.join(self.formats)}")
-        if self.codecs:
-            lines.append(f"  codecs: {', '.join(self.codecs)}")
-        lines += [f"  problem: {problem}" for problem in self.problems]
-        return "\n".join(lines)
-
-
-class Origin(NamedTuple):
-    """Who registered an item: a plugin (entry point) and its distribution."""
-
-    plugin: str
-    dist: str
-    kind: str  # "builtin", "entrypoint" or "runtime"
-
-    def __str__(self) -> str:
-        if self.kind == "entrypoint":
-            return f"plugin {self.plugin!r} from distribution {self.dist!r}"
-        return repr(self.dist)
-
-
-def claims_of(item: Format | Codec) -> list[Key]:
-    """Every name ``item`` takes: its own name first, then its suffixes or codec types."""
-    if isinstance(item, Format):
-        # A suffix listed twice (".h5", ".H5") is one claim, not a clash with itself.
-        suffixes = dict.fromkeys(s.lower() for s in item.suffixes)
-        return [("format", item.name), *(("suffix", s) for s in suffixes)]
-    return [("codec", item.name), *(("type", cls) for cls in item.types)]
-
-
-def key_text(key: Key) -> str:
-    kind, value = key
-    if kind == "type":
-        return f"codec type {value.__module__}.{value.__qualname__}"
-    if kind == "suffix":
-        return f"suffix {value!r}"
-    return f"{kind} name {value!r}"
-
-
-class Tables:
-    """One collection of every plugin: who owns which name, and which names are conflicted."""
-
-    def __init__(self) -> None:
-        self.owners: dict[Key, tuple[Any, Origin]] = {}
-        self.broken: dict[Key, str] = {}
-        self.plugins: list[PluginInfo] = []
-        self.messages: list[str] = []
-        #: ``kind -> {name, suffix or class -> item}``, rebuilt from ``owners`` by refresh().
-        self.views: dict[str, dict[Any, Any]] = {}
-        #: Clashes found after a plugin was listed, by the earlier plugin's name.
-        self.later_problems: dict[str, list[str]] = {}
-
-    def _note_clash(self, first: Origin, message: str) -> None:
-        """The clash is the earlier plugin's problem too (it is listed already)."""
-        if first.kind == "entrypoint":
-            self.later_problems.setdefault(first.plugin, []).append(message)
-
-    def finish(self) -> None:
-        """Add each clash to the listing of the earlier plugin it involves."""
-        for i, info in enumerate(self.plugins):
-            more = self.later_problems.get(info.name)
-            if more and info.state == "loaded":
-                problems = tuple(dict.fromkeys((*info.problems, *more)))
-                self.plugins[i] = dataclasses.replace(info, problems=problems)
-
-    def refresh(self) -> None:
-        self.views = {"format": {}, "codec": {}, "type": {}, "suffix": {}}
-        for (kind, value), (item, _) in self.owners.items():
-            self.views[kind][value] = item
-
-    def drop(self, item: Any) -> list[Key]:
-        """Remove every claim of ``item``; return the names it held."""
-        keys = [k for k, (owner, _) in self.owners.items() if owner is item]
-        for key in keys:
-            del self.owners[key]
-        return keys
-
-    def merge(self, item: Format | Codec, origin: Origin) -> list[str]:
-        """Add ``item`` (already checked); return one message per clash it ran into."""
-        claims = claims_of(item)
-        problems: list[str] = []
-        name_key = claims[0]
-        if name_key in self.broken:
-            message = f"{self.broken[name_key]}; {origin} registers it too"
-            for key in claims:
-                self.broken.setdefault(key, message)
-            self.broken[name_key] = message
-            return [message]
-        other = self.owners.get(name_key)
-        if other is not None:
-            message = clash(name_key, other[1], origin)
-            self._note_clash(other[1], message)
-            if other[1].kind == "entrypoint":
-                for key in self.drop(other[0]):
-                    self.broken[key] = message
-                for key in claims:
-                    self.broken.setdefault(key, message)
-            return [message]
-        self.owners[name_key] = (item, origin)
-        for key in claims[1:]:
-            if key in self.broken:
-                self.broken[key] = f"{self.broken[key]}; {origin} claims it too"
-                problems.append(self.broken[key])
-                continue
-            other = self.owners.get(key)
-            if other is None:
-                self.owners[key] = (item, origin)
-                continue
-            message = clash(key, other[1], origin)
-            problems.append(message)
-            self._note_clash(other[1], message)
-            if other[1].kind == "entrypoint":
-                del self.owners[key]
-                self.broken[key] = message
-        return problems
-
-
-def clash(key: Key, first: Origin, second: Origin) -> str:
-    fix = (
-        f"uninstall one of them, or block one with {BLOCK_ENV}=<plugin or distribution name>"
-        if first.kind == "entrypoint"
-        else f"the {'built-in' if first.kind == 'builtin' else 'registered'} one is kept"
-    )
-    return f"{key_text(key)} is registered by both {first} and {second}; {fix}"
-
-
-def plugin_info(
-    name: str,
-    dist: str,
-    version: str,
-    state: str,
-    items: Sequence[Format | Codec] = (),
-    *,
-    reason: str = "",
-    problems: Iterable[str] = (),
-) -> PluginInfo:
-    formats = [f for f in items if isinstance(f, Format)]
-    return PluginInfo(
-        name=str(name),
-        distribution=dist,
-        version=version,
-        state=state,
-        reason=reason,
-        formats=tuple(
-            f"{f.name} ({', '.join(f.suffixes)})" if f.suffixes else f.name for f in formats
-        ),
-        codecs=tuple(c.name for c in items if isinstance(c, Codec)),
-        problems=tuple(problems),
-    )
+__all__ = [
+    "ALLOW_ENV",
+    "AUTOLOAD_ENV",
+    "BLOCK_ENV",
+    "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
+    "PluginError",
+    "PluginInfo",
+    "PluginRegistry",
+    "PluginWarning",
+    "current_registry",
+    "hookimpl",
+    "register_codec",
+    "register_format",
+    "using",
+]
 
 
 ENTRY_POINT_GROUP = "jaxstruct.io"
@@ -394,12 +73,53 @@ class PluginWarning(UserWarning):
     """A plugin was skipped (it failed, or lost a name to a clash); the rest keep working."""
 
 
+def user_stacklevel(skip: int = 1) -> int:
+    """The ``stacklevel`` that makes a warning point at the first caller outside jaxstruct
+    (the user's ``export`` or ``load`` line), counted from the frame ``skip`` levels up."""
+    frame = sys._getframe(skip + 1)
+    level = skip + 1
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_OWN):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+#: Modules whose frames a warning skips: jaxstruct's own (a plugin's module is the user's).
+_OWN = ("jaxstruct.", "pluggy.", "contextlib")
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, PluginWarning, stacklevel=user_stacklevel(2))
+
+
+def _caller() -> str:
+    """The module name of the first caller outside jaxstruct.io, for messages (a user's
+    module, or ``jaxstruct.testing._format_tests`` for the kit's tests)."""
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_IO):
+        frame = frame.f_back
+    return "?" if frame is None else str(frame.f_globals.get("__name__", "?"))
+
+
+_IO = ("jaxstruct.io.", "contextlib")
+
+
 class _Refused(PluginError):
     """Why a plugin is not used (the message), and the names it would have claimed."""
 
     def __init__(self, reason: str, claimed: list[Key] | None = None) -> None:
         super().__init__(reason)
         self.claimed = claimed or []
+
+
+def _shared_name(name: str, others: list[str]) -> str:
+    listed = ", ".join(repr(d) for d in others)
+    return (
+        f"its entry-point name {name!r} is also advertised by distribution {listed}; an "
+        "entry-point name must be unique among all installed distributions (which one would "
+        "load depends on the order they were installed in, so neither does): uninstall one, "
+        f"rename one's entry point, or block one by its distribution name ({BLOCK_ENV}=<name>)"
+    )
 
 
 def autoload_enabled() -> bool:
@@ -485,6 +205,9 @@ class PluginRegistry:
         self._tables: Tables | None = None
         self._built = False  # _tables is complete (a fork mid-build leaves it half made)
         self._runtime: list[tuple[Format | Codec, Origin]] = []
+        #: Counts every change of the tables (a registration, a reload), so that a
+        #: registry used with more items (:meth:`using`) sees them.
+        self._version = 0
         _REGISTRIES.add(self)
 
     def _reset_in_child(self) -> None:
@@ -510,8 +233,9 @@ class PluginRegistry:
                 self._built = False
                 self._tables = self._build()
                 self._built = True
+                self._version += 1
                 for message in self._tables.messages:
-                    warnings.warn(message, PluginWarning, stacklevel=3)
+                    _warn(message)
             return self._tables
 
     def reload(self) -> None:
@@ -538,8 +262,10 @@ class PluginRegistry:
         )
         if self.autoload:
             self._load_entry_points(tables)
+        else:
+            self._list_entry_points(tables)
         for item, origin in self._runtime:
-            tables.messages += tables.merge(item, origin)
+            tables.merge(item, origin)
         tables.finish()
         tables.refresh()
         return tables
@@ -555,37 +281,62 @@ class PluginRegistry:
             return f"not in the allow list ({ALLOW_ENV} or allow=)"
         return None
 
-    def _load_entry_points(self, tables: Tables) -> None:
+    def _listed_entry_points(self, tables: Tables) -> list[Any] | None:
+        """The installed entry points (``None``, with a message, when listing them failed)."""
         try:
-            entry_points = list(self._entry_points())
+            return list(self._entry_points())
         except Exception as err:
             tables.messages.append(
                 f"listing the {ENTRY_POINT_GROUP!r} entry points failed "
                 f"({type(err).__name__}: {err}); no plugin was loaded"
             )
-            return
-        for ep in entry_points:
+            return None
+
+    def _list_entry_points(self, tables: Tables) -> None:
+        """With autoloading off: every installed plugin is listed as disabled, unimported."""
+        why = f"{AUTOLOAD_ENV} is set" if self._autoload is None else "autoload=False"
+        for ep in self._listed_entry_points(tables) or ():
             dist, version = _dist_of(ep)
+            reason = f"plugin autoloading is switched off ({why})"
+            tables.plugins.append(plugin_info(ep.name, dist, version, "disabled", reason=reason))
+            tables.unknown.append(tables.plugins[-1])
+
+    def _load_entry_points(self, tables: Tables) -> None:
+        entry_points = self._listed_entry_points(tables)
+        if entry_points is None:
+            return
+        listed = [(ep, *_dist_of(ep)) for ep in entry_points]
+        # An entry-point name advertised by two distributions: which one loaded would
+        # depend on the order of installation, so neither does (both are named).
+        dists_of: dict[str, set[str]] = {}
+        for ep, dist, _ in listed:
+            if self._listed(ep.name, dist) is None:
+                dists_of.setdefault(_normal(str(ep.name)), set()).add(dist)
+        for ep, dist, version in listed:
             origin = Origin(str(ep.name), dist, "entrypoint")
             disabled = self._listed(ep.name, dist)
             if disabled is not None:
                 tables.plugins.append(
                     plugin_info(ep.name, dist, version, "disabled", reason=disabled)
                 )
+                tables.unknown.append(tables.plugins[-1])
                 continue
+            others = sorted(d for d in dists_of[_normal(str(ep.name))] if d != dist)
             try:
+                if others:
+                    raise _Refused(_shared_name(str(ep.name), others))
                 items = self._load_one(ep)
             except _Refused as refused:
                 reason = str(refused)
                 message = f"{origin} failed and is not used: {reason}"
                 tables.messages.append(message)
                 tables.plugins.append(plugin_info(ep.name, dist, version, "failed", reason=reason))
+                tables.unknown.append(tables.plugins[-1])
                 for key in refused.claimed:
                     if key not in tables.owners and key not in tables.broken:
                         tables.broken[key] = message
                 continue
             problems = [problem for item in items for problem in tables.merge(item, origin)]
-            tables.messages += problems
             tables.plugins.append(
                 plugin_info(ep.name, dist, version, "loaded", items, problems=problems)
             )
@@ -613,8 +364,10 @@ class PluginRegistry:
         name = f"entrypoint:{ep.name}"
         if self.manager.has_plugin(name) or self.manager.is_registered(plugin):
             raise _Refused(
-                f"it is registered twice (another entry point named {ep.name!r}, or the same "
-                "object under another name); each entry point name must be unique"
+                f"it is registered twice (another entry point of its distribution named "
+                f"{ep.name!r}, or the same object under another entry-point name); each entry "
+                "point must name a module of its own, under a name unique among all installed "
+                "distributions"
             )
         problem = check_hooks(plugin)
         if problem is not None:
@@ -661,8 +414,7 @@ class PluginRegistry:
             raise PluginError(f"{what}() refused {item!r}: {problem.replace('its ', 'the ', 1)}")
         tables = self._ensure()
         with self._lock:
-            caller = sys._getframe(2).f_globals.get("__name__", "?")
-            origin = Origin(f"{what}()", f"{_RUNTIME}{what}() called from {caller}", "runtime")
+            origin = Origin(f"{what}()", f"{_RUNTIME}{what}() called from {_caller()}", "runtime")
             claims = claims_of(item)
             # The same register_*() caller running again (a re-run notebook cell)
             # replaces its earlier registration, once nothing else clashes.
@@ -687,6 +439,40 @@ class PluginRegistry:
                 tables.owners[key] = (item, origin)
             self._runtime.append((item, origin))
             tables.refresh()
+            self._version += 1
+
+    def using(self, *items: Format | Codec) -> contextlib.AbstractContextManager[PluginRegistry]:
+        """Use this registry, with ``items`` (formats and codecs) added, for a ``with`` block.
+
+        Within the block, :func:`current_registry` (and so ``export``, ``load``,
+        ``inspect`` and the state dicts) sees this registry with the items, as if
+        a plugin provided them; an item named like a registered one (an installed
+        plugin's ``tar``) replaces it, and takes its suffixes or types. Nothing
+        is installed process-wide: other threads, and this one after the block,
+        see the registry as it was. A thread or task started inside the block
+        sees it when it copies the context (``contextvars.copy_context()``);
+        ``export(..., blocking=False)`` does.
+
+        It is how a plugin's own tests use its format or codec without installing
+        it (``jaxstruct.testing.FormatTests`` does), and how a test makes a
+        registry of its own (``PluginRegistry(entry_points=...)``) the current one.
+
+        Raises:
+            PluginError: an item is not a valid format or codec (as a plugin's would
+                be refused), or two of the items claim one name, suffix or type.
+
+        Example:
+            >>> import fractions
+            >>> import jaxstruct.io as jio
+            >>> half = jio.Codec("doctest.half", (fractions.Fraction,), str, fractions.Fraction)
+            >>> with jio.current_registry().using(half):
+            ...     jio.from_state_dict(jio.to_state_dict(fractions.Fraction(1, 2)))
+            Fraction(1, 2)
+            >>> "doctest.half" in jio.current_registry().codecs  # outside the block: not there
+            False
+        """
+        scoped = _Scoped(self, items, _caller())
+        return _entered(scoped)
 
     # -- queries -----------------------------------------------------------------
 
@@ -706,7 +492,11 @@ class PluginRegistry:
         return dict(self._ensure().views["suffix"])
 
     def plugins(self) -> list[PluginInfo]:
-        """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones."""
+        """Every plugin: built-in, installed (loaded, failed or disabled) and runtime ones.
+
+        With autoloading switched off, the installed plugins are listed as
+        ``disabled`` (and not imported).
+        """
         runtime = [plugin_info(o.plugin, o.dist, "", "loaded", [i]) for i, o in self._runtime]
         return [*self._ensure().plugins, *runtime]
 
@@ -730,8 +520,17 @@ class PluginRegistry:
         message = tables.broken.get(key)
         if message is not None:
             raise PluginError(message)
+        if tables.notes:
+            self._say(tables, key)
         entry = tables.owners.get(key)
         return None if entry is None else entry[0]
+
+    def _say(self, tables: Tables, key: Key) -> None:
+        """Warn (once) about a clash the built-in or registered item won, where it is used."""
+        with self._lock:
+            message = tables.notes.pop(key, None)
+        if message is not None:
+            _warn(message)
 
     def format_named(self, name: str) -> Format | None:
         """Return the format registered under ``name``, or ``None``.
@@ -758,6 +557,8 @@ class PluginRegistry:
         tables = self._ensure()
         codec = tables.views["type"].get(cls)
         if codec is not None:
+            if tables.notes:
+                self._say(tables, ("type", cls))
             return codec
         return self._lookup(("type", cls)) if tables.broken else None
 
@@ -786,7 +587,133 @@ class PluginRegistry:
         if disabled and self.autoload:
             names = ", ".join(repr(p.name) for p in disabled[:5])
             parts.append(f"disabled plugins that may provide it: {names}")
+        clashing = [p for p in tables.plugins if p.problems]
+        if clashing:
+            listed = "; ".join(p.problems[0] for p in clashing[:3])
+            parts.append(f"plugins whose names clash are not used for those names: {listed}")
         return "; ".join(parts)
+
+    def check_suffix(self, path: str, suffix: str) -> None:
+        """Refuse to export ``path`` as a directory when no loaded format claims its
+        ``suffix`` (``".uxc"``) but an installed plugin that is not loaded (blocked,
+        disabled, or failed) may claim it: its names are not known without importing it.
+
+        Raises:
+            SerializationError: naming those plugins and their distributions, and the
+                ways out (nothing is written).
+
+        Example:
+            >>> PluginRegistry(entry_points=list).check_suffix("run.uxc", ".uxc")  # none: fine
+        """
+        unknown = self._ensure().unknown
+        if not unknown or self.format_for_suffix(suffix) is not None:
+            return
+        listed = "; ".join(
+            f"plugin {p.name!r} from distribution {p.distribution!r} ({p.state}: {p.reason})"
+            for p in unknown[:3]
+        )
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise SerializationError(
+            f"{path!r}: no loaded format claims the suffix {suffix!r}, and installed plugins "
+            f"that are not loaded may: {listed}{more}; nothing was written. Load the plugin "
+            "that provides this format (unblock or fix it; `jaxstruct plugins` lists them), "
+            'or pass format="directory" to write a directory checkpoint under this name'
+        )
+
+
+@contextlib.contextmanager
+def _entered(scoped: PluginRegistry) -> Iterator[PluginRegistry]:
+    token = _SCOPE.set(scoped)
+    try:
+        yield scoped
+    finally:
+        _SCOPE.reset(token)
+
+
+class _Scoped(PluginRegistry):
+    """A registry used with more items for a ``with`` block (:meth:`PluginRegistry.using`).
+
+    It has no plugin manager of its own: its tables are its base's, with its items
+    put over them, made again whenever the base's change.
+    """
+
+    def __init__(self, base: PluginRegistry, items: Iterable[Format | Codec], caller: str) -> None:
+        self.base = base
+        self.manager = base.manager
+        self._autoload = base._autoload  # pyright: ignore[reportPrivateUsage]
+        self._lock = threading.RLock()
+        self._tables = None
+        self._built = False
+        self._runtime = []
+        self._version = 0
+        self._seen: tuple[int, int] | None = None
+        _REGISTRIES.add(self)
+        dist = f"jaxstruct.io using() in {caller}"
+        self._origin = Origin("using()", dist, "scoped")
+        self._items_used = list(items)
+        owners: dict[Key, Any] = {}
+        for item in self._items_used:
+            kind = "format" if isinstance(item, Format) else "codec"
+            problem = check_item(item, kind)
+            if problem is not None:
+                raise PluginError(f"using() refused {item!r}: {problem.replace('its ', 'the ', 1)}")
+            for key in claims_of(item):
+                if key in owners:
+                    raise PluginError(
+                        f"using() was given two items that claim the {key_text(key)}: "
+                        f"{owners[key]!r} and {item!r}; pass one of them"
+                    )
+                owners[key] = item
+        self._ensure()  # a clash with the base's tables shows now, not at first use
+
+    @property
+    def autoload(self) -> bool:
+        return self.base.autoload
+
+    def _ensure(self) -> Tables:
+        base = self.base._ensure()  # pyright: ignore[reportPrivateUsage]
+        seen = (id(base), self.base._version)  # pyright: ignore[reportPrivateUsage]
+        tables = self._tables
+        if tables is not None and self._seen == seen:
+            return tables
+        with self._lock:
+            tables = base.copy()
+            tables.plugins = self.base.plugins()
+            tables.plugins.append(
+                plugin_info("using()", self._origin.dist, "", "loaded", self._items_used)
+            )
+            for item in self._items_used:
+                claims = claims_of(item)
+                shadowed = tables.owners.get(claims[0])
+                if shadowed is not None:
+                    tables.drop(shadowed[0])
+                for key in claims:
+                    tables.broken.pop(key, None)
+                    tables.notes.pop(key, None)
+                    tables.owners[key] = (item, self._origin)
+            tables.refresh()
+            self._tables, self._seen = tables, seen
+            self._built = True
+            return tables
+
+    def reload(self) -> None:
+        self.base.reload()
+
+    def plugins(self) -> list[PluginInfo]:
+        return list(self._ensure().plugins)
+
+    def _register_single(self, item: Format | Codec, what: str) -> None:
+        # register_codec() inside the block registers in the process, as outside it.
+        self.base._register_single(item, what)  # pyright: ignore[reportPrivateUsage]
+
+    def _reset_in_child(self) -> None:
+        self._lock = threading.RLock()
+
+
+#: The registry of the innermost ``using()`` block of this thread or task, if any.
+_SCOPE: contextvars.ContextVar[PluginRegistry | None] = contextvars.ContextVar(
+    "jaxstruct_io_registry", default=None
+)
 
 
 _registry: PluginRegistry | None = None
@@ -803,7 +730,8 @@ def _reset_in_child() -> None:
 
 
 def current_registry() -> PluginRegistry:
-    """Return the process-wide registry, creating it on first use.
+    """Return the registry in use: the process-wide one, created on first use (or, inside
+    a ``with`` block of :meth:`PluginRegistry.using`, that block's).
 
     Its :attr:`~PluginRegistry.formats`, :attr:`~PluginRegistry.codecs` and
     :meth:`~PluginRegistry.plugins` list what this process can use.
@@ -812,6 +740,9 @@ def current_registry() -> PluginRegistry:
         >>> {"directory", "zip"} <= set(current_registry().formats)
         True
     """
+    scoped = _SCOPE.get()
+    if scoped is not None:
+        return scoped
     global _registry
     if _registry is None:
         with _registry_lock:
@@ -852,6 +783,24 @@ def register_codec(codec: Codec) -> Codec:
         raise TypeError(f"register_codec() expected a Codec, got {codec!r}")
     current_registry()._register_single(codec, "register_codec")
     return codec
+
+
+def using(*items: Format | Codec) -> contextlib.AbstractContextManager[PluginRegistry]:
+    """Use ``items`` (formats and codecs that are not installed) for a ``with`` block:
+    ``current_registry().using(*items)``; see :meth:`PluginRegistry.using`.
+
+    Raises:
+        PluginError: an item is not a valid format or codec, or two items clash.
+
+    Example:
+        >>> import ipaddress
+        >>> import jaxstruct.io as jio
+        >>> ipv4 = jio.Codec("doctest.ipv4", (ipaddress.IPv4Address,), str, ipaddress.IPv4Address)
+        >>> with jio.using(ipv4):
+        ...     jio.from_state_dict(jio.to_state_dict(ipaddress.IPv4Address("10.0.0.1")))
+        IPv4Address('10.0.0.1')
+    """
+    return current_registry().using(*items)
 
 
 def register_format(fmt: Format) -> Format:

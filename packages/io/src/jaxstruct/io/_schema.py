@@ -1,4 +1,7 @@
-"""The manifest's schema: format version, dtype names, reader limits, JSON parse and checks."""
+"""The manifest's schema, read: format version, dtype names, reader limits, JSON parse and checks.
+
+(How a value becomes a manifest, dtype names and JSON text included, is ``_encode``'s.)
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,16 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from jaxstruct.registry import SerializationError
 
-from . import _fs
+# zlib-ng's CRC-32 runs several times faster than zlib's.
+from zlib_ng.zlib_ng import crc32
+
+from . import _process
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -64,7 +70,7 @@ def limits_from_kwargs(function: str, kwargs: dict[str, Any]) -> Limits:
 
 
 # Only names listed here are ever looked up on the ml_dtypes module.
-_ML_NAMES = frozenset(
+ML_NAMES = frozenset(
     {
         "bfloat16",
         "float4_e2m1fn",
@@ -86,45 +92,14 @@ _ML_NAMES = frozenset(
         "uint4",
     }
 )
-_NUMPY_STR = re.compile(
+NUMPY_STR = re.compile(
     r"^[<>|][biufc][1-9][0-9]?$"
     r"|^[<>|][SUV][0-9]{1,9}$"
     r"|^[<>|][mM]8(\[[0-9]{0,4}[a-zA-Z]{1,2}\])?$"
 )
 
 
-_NAMES: dict[np.dtype, str] = {}  # dtypes already found storable, by their manifest name
 _PARSED: dict[str, np.dtype] = {}  # names already parsed, with their dtype
-
-
-def dtype_name(dtype: np.dtype, where: object) -> str:
-    """Return the manifest name of ``dtype``, or raise if it cannot be stored exactly."""
-    found = _NAMES.get(dtype)
-    if found is not None:
-        return found
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise SerializationError(
-            f"cannot export the array at {where}: dtype {dtype!r} holds Python objects or "
-            "fields and has no exact pickle-free form; convert it to a plain numeric, bool, "
-            "bytes or str dtype first"
-        )
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        if dtype.name not in _ML_NAMES:
-            raise SerializationError(
-                f"cannot export the array at {where}: ml_dtypes dtype {dtype.name!r} is not "
-                f"supported; supported extension dtypes are {sorted(_ML_NAMES)}"
-            )
-        name = dtype.name
-    else:
-        name = dtype.str
-        if not _NUMPY_STR.match(name):
-            raise SerializationError(
-                f"cannot export the array at {where}: dtype {dtype!r} (kind {dtype.kind!r}) is "
-                "not supported; convert it to a numeric, bool, bytes, str or datetime dtype first"
-            )
-    if len(_NAMES) < 1024:
-        _NAMES[dtype] = name
-    return name
 
 
 def parse_dtype(name: object, where: str) -> np.dtype:
@@ -136,7 +111,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     found = _PARSED.get(name)
     if found is not None:
         return found
-    if name in _ML_NAMES:
+    if name in ML_NAMES:
         try:
             import ml_dtypes
         except ImportError:  # pragma: no cover - ml_dtypes ships with jax
@@ -151,7 +126,7 @@ def parse_dtype(name: object, where: str) -> np.dtype:
             )
         dtype = np.dtype(scalar)
     else:
-        if not _NUMPY_STR.match(name):
+        if not NUMPY_STR.match(name):
             raise SerializationError(f"{where}: unsupported or malformed dtype name {name!r}")
         try:
             dtype = np.dtype(name)
@@ -164,59 +139,42 @@ def parse_dtype(name: object, where: str) -> np.dtype:
     return dtype
 
 
-def storage_dtype(dtype: np.dtype) -> np.dtype:
-    """Return the dtype used inside the ``.npy`` member for an array of ``dtype``."""
-    if dtype.type.__module__.startswith("ml_dtypes"):
-        return np.dtype(f"<u{dtype.itemsize}")
-    return dtype
-
-
 #: The version of the checkpoint layout that this code writes (and the newest it reads).
-FORMAT_VERSION = 1
+#: Version 2 added the manifest's ``checksums`` section and its seal.
+FORMAT_VERSION = 2
 
 MARKER = "jaxstruct"
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 _MAX_NDIM = 64
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+#: The ``checksums`` section of a manifest whose format checks every stored byte itself
+#: (``Format.checks_arrays``); otherwise it holds jaxstruct's own CRC-32s (``_checksums``).
+BY_FORMAT: Mapping[str, Any] = {"by": "format"}
+
+# A manifest ends with its seal, the last member of its JSON object:
+# ``,"seal":"crc32:<8 hex digits>"}``, the CRC-32 of every byte before the comma. It is
+# written and checked here, whatever the format stores the manifest in, so a changed
+# byte of any manifest is found. A version-2 manifest without its seal (a flipped bit in
+# the seal itself) is refused, and so is a seal on a manifest that does not check.
+_SEAL = re.compile(rb',"seal":"crc32:([0-9a-f]{8})"\}\s*\Z')
+_SEAL_ROOM = 48  # the seal is 31 bytes as written; room for trailing whitespace
 
 
-def _node_encoder() -> Callable[[Any], str]:
-    """Return a function giving the compact JSON text of one node."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - Python builds without the _json accelerator
-        return _ENCODER.encode
-    try:
-        # markers=None: no cycle check (nodes are fresh lists of scalars and lists).
-        encode = make(
-            None,
-            _ENCODER.default,
-            json.encoder.encode_basestring_ascii,
-            None,
-            ":",
-            ",",
-            False,
-            False,
-            False,
+def _unsealed(data: bytes, where: str, *, check: bool = True) -> tuple[bytes, bool]:
+    """``data`` without its seal, checked (and whether it had one)."""
+    found = _SEAL.search(data, max(0, len(data) - _SEAL_ROOM))
+    if found is None:
+        return data, False
+    end = found.start()
+    stored, computed = int(found.group(1), 16), crc32(memoryview(data)[:end]) if check else 0
+    if check and stored != computed:
+        raise SerializationError(
+            f"{where}: the manifest does not match its seal (stored crc32 {stored:08x}, "
+            f"computed {computed:08x}): it was changed or damaged after jaxstruct wrote it; "
+            "restore the checkpoint from a copy"
         )
-    except TypeError:  # pragma: no cover - a future signature: use the plain encoder
-        return _ENCODER.encode
-    return lambda node: "".join(encode(node, 0))
-
-
-def dump_manifest(state: Mapping[str, Any], container: str) -> bytes:
-    """Serialise the JSON part of a state dict as ``manifest.json`` bytes (one node per line)."""
-    enc = _ENCODER.encode
-    manifest = state["manifest"]
-    with _fs.paused():
-        nodes = ",\n".join(map(_node_encoder(), manifest["nodes"]))
-        text = (
-            f'{{"format":{enc(MARKER)},"version":{enc(state["version"])},'
-            f'"container":{enc(container)},\n"arrays":{enc(state["arrays"])},\n'
-            f'"manifest":{{"root":{enc(manifest["root"])},"nodes":[\n{nodes}]}}}}\n'
-        )
-        return text.encode("ascii")
+    return data[:end] + b"}", True
 
 
 _SCAN_CHUNK = 1 << 20  # about 16 MiB of temporaries per step
@@ -259,6 +217,10 @@ def check_node_budget(data: bytes, where: str, max_nodes: int) -> None:
                     "trust this file, pass a larger max_nodes="
                 )
         depth = int(level[-1]) if len(level) else depth
+
+
+#: Documents of at least this many characters are parsed with the cyclic collector paused.
+_PAUSE_FROM = 1 << 16
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -308,9 +270,11 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
     except UnicodeDecodeError:
         raise SerializationError(f"{where}: {what} is not UTF-8 text") from None
     try:
+        if len(text) < _PAUSE_FROM:  # too few objects for the collector to run often
+            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
         # A few objects per node, none cyclic: the collector's passes over the
         # 100,000 nodes of as many arrays would cost more than building them.
-        with _fs.paused():
+        with _process.paused():
             return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except SerializationError as err:
         raise SerializationError(f"{where}: malformed {what}: {err}") from None
@@ -320,22 +284,63 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
         raise SerializationError(f"{where}: {what} is not valid JSON ({err})") from None
 
 
-def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
-    """Parse ``manifest.json`` bytes into the top-level dict, checking marker and version."""
-    value = parse_json(data, where, "manifest")
+def parse_manifest(data: bytes, where: str, *, check_seal: bool = True) -> dict[str, Any]:
+    """Parse manifest bytes into the top-level dict, checking seal, marker and version.
+
+    The seal is checked before anything is parsed (unless ``check_seal`` is false: to
+    recognise a damaged checkpoint of ours, which ``overwrite=True`` may replace); the
+    returned dict has no ``seal``. A version-1 manifest (written before seals and
+    checksums) has neither.
+    """
+    body, sealed = _unsealed(data, where, check=check_seal)
+    value = parse_json(body, where, "manifest")
     if not isinstance(value, dict) or value.get("format") != MARKER:
         raise SerializationError(f"{where}: not a jaxstruct manifest (no 'format': 'jaxstruct')")
-    check_version(value.get("version"), where)
+    version = check_version(value.get("version"), where)
+    if version >= 2 and not sealed and check_seal:
+        raise SerializationError(
+            f'{where}: the manifest has lost its seal (its last member, "seal", which '
+            f"every manifest of format version {version} ends with): the file was damaged "
+            "or edited after jaxstruct wrote it; restore the checkpoint from a copy"
+        )
     expected = {"format", "version", "container", "arrays", "manifest"}
+    if version >= 2:
+        expected.add("checksums")
     if set(value) != expected:
         raise SerializationError(
             f"{where}: manifest keys {sorted(value)} differ from the expected {sorted(expected)}"
         )
+    if version >= 2:
+        _check_checksums_section(value["checksums"], where)
     return value
 
 
-def check_version(version: object, where: str) -> None:
-    """Raise unless ``version`` is a format version this reader understands."""
+def _check_checksums_section(section: object, where: str) -> None:
+    """Refuse a ``checksums`` section that is neither :data:`BY_FORMAT` nor jaxstruct's."""
+    if isinstance(section, dict) and section == BY_FORMAT:
+        return
+    if (
+        isinstance(section, dict)
+        and set(section) == {"by", "piece", "crc32"}
+        and section["by"] == "jaxstruct"
+        and type(section["piece"]) is int
+        and section["piece"] in _PIECE_SIZES
+        and isinstance(section["crc32"], dict)
+        and all(type(v) is str for v in section["crc32"].values())
+    ):
+        return
+    raise SerializationError(
+        f"{where}: the manifest's 'checksums' section is malformed; restore the checkpoint "
+        "from a copy"
+    )
+
+
+#: The piece sizes a ``checksums`` section may name (4 KiB to 1 GiB, powers of two).
+_PIECE_SIZES = frozenset(1 << n for n in range(12, 31))
+
+
+def check_version(version: object, where: str) -> int:
+    """``version``, or raise unless it is a format version this reader understands."""
     if type(version) is not int:
         raise SerializationError(f"{where}: format version must be an int, got {version!r}")
     if version > FORMAT_VERSION:
@@ -345,6 +350,7 @@ def check_version(version: object, where: str) -> None:
         )
     if version < 1:
         raise SerializationError(f"{where}: unknown format version {version}")
+    return version
 
 
 def check_arrays_table(

@@ -11,8 +11,28 @@ import numpy as np
 from jaxstruct.registry import ClassReferenceError, SerializationError, class_ref
 
 from ._formats import ArraySpec, Placement
-from ._nodes import ARRAY_TAGS, CLASS_TAGS, MalformedNode, child_names, children, error_step
-from ._values import flatten_named, is_struct_class, struct_fields
+from ._nodes import (
+    ARRAY_TAGS,
+    CALLABLE,
+    CLASS,
+    CLASS_TAGS,
+    DICT,
+    FROZENSET,
+    LIST,
+    NAMEDTUPLE,
+    NOT_A_KEY,
+    PRNGKEY,
+    PYTREE,
+    SET,
+    STRUCT,
+    TUPLE,
+    MalformedNode,
+    child_names,
+    children,
+    error_step,
+    key_value,
+)
+from ._values import flatten_named, is_struct_class
 
 #: One entry of a PartitionSpec: no axis, one mesh axis, or several.
 SpecEntry = None | str | tuple[str, ...]
@@ -108,19 +128,6 @@ class TargetMatch:
     unused: set[int] = dataclasses.field(default_factory=set)
 
 
-def _scalar_key(node: object) -> Any:
-    """The Python value of a stored dict key when it is a plain scalar, else a marker."""
-    if isinstance(node, list) and len(node) == 2 and node[0] in ("str", "int", "bool"):
-        value = node[1]
-        if node[0] == "int" and isinstance(value, str):
-            return int(value, 16)
-        return value
-    return _UNMATCHABLE
-
-
-_UNMATCHABLE = object()
-
-
 def _describe(value: Any) -> str:
     cls = type(value)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -168,11 +175,11 @@ def _children_of(
     tag = node[0]
     kids = children(node)
     aux, flat = None, []
-    if tag == "dict" and not isinstance(target, Mapping):
+    if tag == DICT and not isinstance(target, Mapping):
         raise SerializationError(
             f"{where}: the target at {path} is {_describe(target)}, but a dict is stored there"
         )
-    if tag == "pytree":
+    if tag == PYTREE:
         try:
             aux, flat = _pytree_parts(target, node[2])
         except Exception:
@@ -185,7 +192,7 @@ def _children_of(
                 f"{where}: the target at {path} has {len(flat)} children, but "
                 f"{len(kids) - 1} are stored there"
             )
-    if tag in ("list", "tuple", "namedtuple") and (
+    if tag in (LIST, TUPLE, NAMEDTUPLE) and (
         not isinstance(target, list | tuple) or len(target) != len(kids)
     ):
         raise SerializationError(
@@ -197,15 +204,15 @@ def _children_of(
     for kid in kids:
         step = error_step(nodes, kid)
         part: Any = None  # sets hold no arrays (they are not hashable); keys and codecs: none
-        if kid.role == "item" and tag not in ("set", "frozenset"):
+        if kid.role == "item" and tag not in (SET, FROZENSET):
             part = target[kid.position]
         elif kid.role == "value":
-            key = _scalar_key(nodes[kid.key])
-            if key is _UNMATCHABLE:
+            key = key_value(nodes[kid.key])
+            if key is NOT_A_KEY:
                 raise SerializationError(
-                    f"{where}: the stored dict at {path} has a key that is not a str, int or "
-                    f"bool ({step[1:-1]}), which a target cannot name; give None for the whole "
-                    "dict to load it as stored"
+                    f"{where}: the stored dict at {path} has a key that is not a str, int, "
+                    f"float, bool or None ({step[1:-1]}), which a target cannot name; give "
+                    "None for the whole dict to load it as stored"
                 )
             if key not in target:
                 raise SerializationError(
@@ -271,7 +278,7 @@ def mark_unused(nodes: list[Any], top: object, unused: set[int]) -> None:
         node = nodes[index]
         if not isinstance(node, list) or not node:
             continue
-        if node[0] == "callable":
+        if node[0] == CALLABLE:
             unused.add(index)
         try:
             kids = children(node)
@@ -283,7 +290,7 @@ def mark_unused(nodes: list[Any], top: object, unused: set[int]) -> None:
 def _field_values(target: Any) -> dict[str, Any]:
     return {
         spec.name: getattr(target, spec.name)
-        for spec in struct_fields(type(target))
+        for spec in _struct_fields(type(target))
         if not spec.is_derived
     }
 
@@ -319,7 +326,7 @@ def _unstored_values(target: Any) -> dict[str, Any]:
     import jax
 
     out = {}
-    for spec in struct_fields(type(target)):
+    for spec in _struct_fields(type(target)):
         if spec.should_serialize or spec.is_derived:
             continue
         value = getattr(target, spec.name)
@@ -352,27 +359,27 @@ def match_target(
             if node[0] in ARRAY_TAGS:
                 key = node[1]
                 if isinstance(key, str) and key in table:
-                    impl = node[2] if node[0] == "prngkey" and len(node) == 3 else None
+                    impl = node[2] if node[0] == PRNGKEY and len(node) == 3 else None
                     out[key] = _leaf_placement(sub, table[key], impl, path, where)
                 continue
             if sub is None:
                 continue
-            if node[0] == "callable":
+            if node[0] == CALLABLE:
                 if callable(sub) and not isinstance(sub, type):
                     match.leaves[index] = sub
                 continue
             cls = type(sub)
-            if node[0] == "class":  # a class as a value: the target holding it vouches
+            if node[0] == CLASS:  # a class as a value: the target holding it vouches
                 if isinstance(sub, type) and _ref_of(sub) == node[1]:
                     match.classes[index] = sub
                 continue
             if node[0] in CLASS_TAGS and isinstance(node[1], str) and _ref_of(cls) == node[1]:
                 match.classes[index] = cls  # the target vouches for the class stored here
-                if node[0] == "struct" and is_struct_class(cls):
+                if node[0] == STRUCT and is_struct_class(cls):
                     supplied = _unstored_values(sub)
                     if supplied:
                         match.supplied[index] = supplied
-            if node[0] == "pytree" and node[2] == "j" and index in match.classes:
+            if node[0] == PYTREE and node[2] == "j" and index in match.classes:
                 if is_struct_class(cls):  # stored by another library, a Struct now
                     kids = _ported_children(sub, node, path, match, index)
                     mark_unused(nodes, node[3], match.unused)
@@ -386,8 +393,15 @@ def match_target(
             if strict:
                 raise
             continue  # aux data the target holds otherwise: it vouches for nothing there
-        lenient = node[0] == "pytree" and len(node) > 2 and node[2] != "s"
+        lenient = node[0] == PYTREE and len(node) > 2 and node[2] != "s"
         for n, (child, part, child_path) in enumerate(kids):
             if type(child) is int and 0 <= child < index:
                 stack.append((child, part, child_path, strict and not (lenient and n == 0)))
     return match
+
+
+def _struct_fields(cls: type) -> list[Any]:
+    """The ``FieldSpec`` objects of a Struct class, in declaration order."""
+    import jaxstruct.core as js
+
+    return list(js.fields(cls).values())

@@ -1,11 +1,11 @@
-"""Values beyond plain pytrees: codecs, jaxstruct structs, other libraries' pytree nodes."""
+"""Values beyond plain pytrees: codecs, struct classes, other libraries' pytree nodes."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
@@ -64,20 +64,6 @@ def is_struct_class(cls: type) -> bool:
     from jaxstruct.registry import is_registered_pytree_type, resolve_pytree_spec
 
     return is_registered_pytree_type(cls) and resolve_pytree_spec(cls).kind == "struct"
-
-
-def struct_fields(cls: type) -> list[Any]:
-    """Return the ``FieldSpec`` objects of a Struct class, in declaration order."""
-    import jaxstruct.core as js
-
-    return list(js.fields(cls).values())
-
-
-def build_struct(cls: type, values: Mapping[str, Any]) -> Any:
-    """Build an instance of ``cls`` from field values without running ``__init__``."""
-    import jaxstruct.core as js
-
-    return js.build(cls, values)
 
 
 def flatten_named(value: Any) -> tuple[list[Any], Any, list[str] | None] | None:

@@ -20,8 +20,9 @@ from zlib_ng.zlib_ng import crc32, crc32_combine
 
 from . import _budget, _pieces
 from ._budget import Ticket
-from ._fs import ARRAYS, MANIFEST
 from ._process import WORKERS, CrcParts, crc_pool, pool, submit
+
+MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files
 
 _STORED, _DEFLATED = 0, 8
 _ZIP64_LIMIT = 0xFFFFFFFF

@@ -20,6 +20,7 @@ from ._units import Units, json_crc, parse_record
 
 __all__ = [
     "ARRAYS",
+    "CORRUPT",
     "MANIFEST_FILE",
     "MANIFEST_ITEM",
     "RECORD_ITEM",
@@ -29,6 +30,7 @@ __all__ = [
     "make_handler",
     "native_dtypes",
     "orbax_checkpoint",
+    "parse_item",
     "process_options",
     "read_item",
     "read_records",
@@ -153,6 +155,19 @@ def read_item(file: Any, limits: Limits, where: str, what: str, *, missing: str)
     return data
 
 
+#: What to do about a damaged item.
+CORRUPT = ": the checkpoint is corrupt; restore it from a copy"
+
+
+def parse_item(data: bytes, where: str, what: str) -> Any:
+    """The JSON of one of jaxstruct's items (strictly, :func:`jaxstruct.io.parse_json`); a
+    malformed one is a corrupt checkpoint."""
+    try:
+        return parse_json(data, where, what)
+    except SerializationError as err:
+        raise SerializationError(f"{err}{CORRUPT}") from None
+
+
 def read_records(p: Any, processes: int, limits: Limits, where: str) -> dict[str, Units]:
     """Every process's checksum record, each checked against its own CRC-32, merged:
     ``array key -> units``. A missing record is a corrupt checkpoint."""
@@ -167,7 +182,7 @@ def read_records(p: Any, processes: int, limits: Limits, where: str) -> dict[str
             missing=f"the checksum record {name!r} (process {i} of {processes}) is "
             "missing: the checkpoint is incomplete; restore it from a copy",
         )
-        document = parse_json(data, where, f"checksum record {name!r}")
+        document = parse_item(data, where, f"checksum record {name!r}")
         for key, units in parse_record(document, i, where, name).items():
             out.setdefault(key, []).extend(units)
     return out
@@ -197,7 +212,7 @@ def read_storage(
         "the storage item",
         missing="the jaxstruct storage item is missing",
     )
-    document = parse_json(data, where, "jaxstruct storage item")
+    document = parse_item(data, where, "jaxstruct storage item")
     sums = _checked_sums(document, where)
     layouts = document.get("arrays") if isinstance(document, dict) else None
     if document.get("version") != 1 if isinstance(document, dict) else True:
@@ -222,13 +237,44 @@ def read_storage(
     return layouts, shardings, names, sums
 
 
+#: The storage item's keys that say the checkpoint was saved with checksums: its own
+#: CRC-32, the manifest's, and how the arrays are checked (``checksums``; ``chunks`` in a
+#: checkpoint of jaxstruct-orbax 0.1). A flipped bit renames one key at most, so any one
+#: of them left (or a key one bit away from one) demands the others.
+_MARKS = ("crc32", "manifest_crc32", "checksums", "chunks")
+_MARK_NAMES = tuple(name.encode() for name in _MARKS)
+
+
+def _one_bit_from(key: str, name: bytes) -> bool:
+    """Whether ``key`` is ``name`` with exactly one bit flipped."""
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) != len(name):
+        return False
+    return sum((a ^ b).bit_count() for a, b in zip(raw, name, strict=True)) == 1
+
+
+def _marks(document: dict[str, Any]) -> list[str]:
+    """The keys of the storage item that say it was saved with checksums (see ``_MARKS``)."""
+    return [k for k in document if k in _MARKS or any(_one_bit_from(k, n) for n in _MARK_NAMES)]
+
+
 def _checked_sums(document: Any, where: str) -> tuple[int, int | None] | None:
     """``(the manifest's CRC-32, how many processes recorded unit checksums)`` from a
-    storage item whose own CRC-32 matches; ``None`` when the item has no checksums (an
-    older checkpoint). The count is ``None`` for a checkpoint of jaxstruct-orbax 0.1
-    whose chunks carry zarr's ``crc32c`` codec instead (tensorstore checks those)."""
-    if not isinstance(document, dict) or "crc32" not in document:
+    storage item whose own CRC-32 matches; ``None`` when the item has no checksums and no
+    mark of them (a checkpoint of jaxstruct-orbax before checksums). The count is ``None``
+    for a checkpoint of jaxstruct-orbax 0.1 whose chunks carry zarr's ``crc32c`` codec
+    instead (tensorstore checks those)."""
+    if not isinstance(document, dict):
         return None
+    found = _marks(document)
+    if not found:
+        return None
+    if "crc32" not in document:
+        raise SerializationError(
+            f"{where}: the jaxstruct storage item says the checkpoint was saved with "
+            f"checksums (it holds {found[0]!r}), but its own CRC-32 ('crc32') is missing or "
+            "renamed: the checkpoint is corrupt; restore it from a copy"
+        )
     if document["crc32"] != json_crc(document):
         raise SerializationError(
             f"{where}: the jaxstruct storage item does not match its checksum: the checkpoint "
@@ -248,7 +294,10 @@ def _checked_sums(document: Any, where: str) -> tuple[int, int | None] | None:
         and processes > 0
     ):
         return sums, processes
-    raise SerializationError(f"{where}: the storage item's checksums are malformed")
+    raise SerializationError(
+        f"{where}: the storage item's checksums are malformed: the checkpoint is corrupt; "
+        "restore it from a copy"
+    )
 
 
 def process_options() -> Any:

@@ -1,6 +1,8 @@
 """Reading a ``format="orbax"`` checkpoint opened by the format: its stored shapes and
-shardings, and its arrays, read unit by unit (``_read``) and checked, or through orbax's
-restore for a checkpoint written before the unit checksums."""
+shardings, and its arrays, read unit by unit (``_read``) and checked; a checkpoint of
+jaxstruct-orbax 0.1 in blocks, each stored chunk checked by tensorstore's ``crc32c``
+codec (found in every array's codecs before it is read); one written before checksums
+through orbax's restore, unchecked."""
 
 from __future__ import annotations
 
@@ -53,9 +55,12 @@ class OrbaxCheckpoint(OpenedCheckpoint):
         # array key -> its stored units and their CRC-32s (None: a checkpoint without them)
         self.units = units
         self.use_zarr3 = False
+        # Checksums present and intact (the storage item's own CRC matched): every read
+        # checks them, the unit CRCs or tensorstore's crc32c codec (see _jobs).
+        self.arrays_checked = isinstance(self, CheckedOrbaxCheckpoint)
         # What protects the stored bytes, as jaxstruct.io.inspect reports it.
         self.checksum_scheme = "none: written by jaxstruct-orbax before checksums"
-        if isinstance(self, CheckedOrbaxCheckpoint):
+        if self.arrays_checked:
             self.checksum_scheme = (
                 "CRC-32C per stored chunk (tensorstore), CRC-32 of the manifest"
                 if units is None
@@ -137,7 +142,14 @@ class OrbaxCheckpoint(OpenedCheckpoint):
             k: self._storage_spec(spec, self.layouts.get(k, {})) for k, spec in table.items()
         }
         expected = {k for k, (shape, dt) in storage.items() if math.prod(shape) * dt.itemsize > 0}
-        stored = self._stored_shapes() if expected else {}
+        if self.units is not None:
+            # Unit records name every stored array and check every byte read: orbax's own
+            # metadata (``_METADATA``) decides nothing. Each array is opened as zarr v3 (the
+            # only layout saved with unit records) and its shape and dtype compared (_jobs).
+            self.use_zarr3 = True
+            stored = {k: (tuple(storage[k][0]), storage[k][1].str) for k in expected}
+        else:
+            stored = self._stored_shapes() if expected else {}
         if set(stored) != expected:
             extra = sorted(set(stored) - expected)[:5]
             missing = sorted(expected - set(stored))[:5]
@@ -193,9 +205,17 @@ class OrbaxCheckpoint(OpenedCheckpoint):
             store = opening[self._name(key)].result()
             shape, dtype = storage[key]
             if tuple(store.shape) != tuple(shape) or store.dtype.numpy_dtype != dtype:
-                raise ValueError(
-                    f"array {key!r} holds {store.dtype} {tuple(store.shape)}, "
-                    f"orbax's metadata said {dtype} {tuple(shape)}"
+                raise SerializationError(
+                    f"{self.where}: array {self._name(key)!r} is stored with shape "
+                    f"{tuple(store.shape)} and dtype {store.dtype.numpy_dtype}, but the manifest "
+                    f"says {tuple(shape)} and {dtype}: the checkpoint is corrupt; restore it "
+                    "from a copy"
+                )
+            if self.units is None and self.arrays_checked and not _has_crc32c(store):
+                raise SerializationError(
+                    f"{self.where}: array {self._name(key)!r} is stored without the crc32c "
+                    "codec this checkpoint's storage item promises: the checkpoint is "
+                    "corrupt; restore it from a copy"
                 )
             view = np.dtype(np.bool_) if self.layouts.get(key, {}).get("as") == "bool" else None
             units = None if self.units is None else self.units.get(key, [])
@@ -226,7 +246,8 @@ class OrbaxCheckpoint(OpenedCheckpoint):
         storage: Mapping[str, tuple[Any, np.dtype]],
         table: Mapping[str, ArraySpec],
     ) -> dict[str, Any]:
-        """Arrays wanted as NumPy (or stored as raw bytes), unit by unit, each checked."""
+        """Arrays wanted as NumPy (or stored as raw bytes), unit by unit, each checked (or,
+        of jaxstruct-orbax 0.1, in blocks of chunks tensorstore checks)."""
         orbax_checkpoint()
         try:
             jobs, pace = self._jobs(dict.fromkeys(to_read), storage)
@@ -249,9 +270,9 @@ class OrbaxCheckpoint(OpenedCheckpoint):
         table: Mapping[str, ArraySpec],
         partial: bool,
     ) -> dict[str, Any]:
-        """Arrays wanted as NumPy (or stored as raw bytes): through orbax's restore, or
-        unit by unit where the checkpoint records units."""
-        if self.units is not None:
+        """Arrays wanted as NumPy (or stored as raw bytes): by jaxstruct's reader where the
+        checkpoint has checksums, else through orbax's restore."""
+        if self.arrays_checked:
             return self._read_units_on_host(to_read, storage, table)
         ocp = orbax_checkpoint()
         item: dict[str, Any] = {}
@@ -303,6 +324,16 @@ class CheckedOrbaxCheckpoint(OrbaxCheckpoint):
         return self.verify_by_reading(table)
 
 
+def _has_crc32c(store: Any) -> bool:
+    """Whether every chunk of the open zarr v3 ``store`` ends with a CRC-32C that
+    tensorstore checks (its codec chain holds ``crc32c``)."""
+    try:
+        codecs = store.codec.to_json().get("codecs", [])
+    except (AttributeError, ValueError):
+        return False
+    return any(isinstance(c, dict) and c.get("name") == "crc32c" for c in codecs)
+
+
 def _mismatch(where: str, err: ChecksumMismatch, name: str) -> SerializationError:
     """Our error for a unit failing its CRC-32, or an array its units do not cover
     (``name``: the array's tree path, as the arrays item stores it)."""
@@ -326,4 +357,7 @@ def _read_error(where: str, err: Exception) -> SerializationError:
             f"{where}: a stored chunk does not match its checksum: the checkpoint is corrupt; "
             f"restore it from a copy ({text})"
         )
-    return SerializationError(f"{where}: orbax could not read the arrays ({text})")
+    return SerializationError(
+        f"{where}: orbax could not read the arrays ({text}); if this persists, the "
+        "checkpoint is damaged or incomplete: restore it from a copy"
+    )

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -371,13 +372,18 @@ def _fill_units(plans: Mapping[str, _Plan], pace: Pace) -> None:
     bytes at a time; check its CRC-32, then let it reach the shards.
 
     A unit lying in one shard, where it is a contiguous range of the shard's buffer
-    (a restore into the stored shards), is written there by tensorstore and checked
-    in place; any other unit is read into its own array, checked, and copied out.
+    (a restore into the stored shards, or as NumPy), is written there by tensorstore and
+    checked in place; any other unit is written into a buffer of its own (reused from
+    unit to unit: fresh memory costs a page fault per page), checked, and copied out.
+    Each unit's CRC-32 is computed by the tensorstore thread that completes its read, as
+    soon as it completes (:class:`_Unit`): while the other units are still being read,
+    and never on the thread that copies the units out and hands the shards to JAX.
     """
     import tensorstore as ts
 
     limit = pace.block
-    pending: collections.deque[_UnitPending] = collections.deque()
+    pending: collections.deque[_Unit] = collections.deque()
+    spare = _Spare()
     in_flight = 0
     reads = {key: _unit_reads(key, plan) for key, plan in plans.items()}
     for key, plan in plans.items():
@@ -386,40 +392,99 @@ def _fill_units(plans: Mapping[str, _Plan], pace: Pace) -> None:
         for unit, crc, parts in reads[key]:
             nbytes = _volume(unit) * plan.dtype.itemsize
             while pending and in_flight + nbytes > max(pace.in_flight * limit, 2 * nbytes):
-                in_flight -= pending.popleft().finish()
+                in_flight -= pending.popleft().finish(spare)
             source = plan.job.store[_within(unit, None)]
             ((box, part),) = parts if len(parts) == 1 else ((None, None),)
             # (with the Ellipsis, a view even of a 0-d buffer, never a copied scalar)
             view = None if box is None else plan.buffers[box][(*_within(unit, box), ...)]
             if box is not None and part == unit and view is not None and view.flags.c_contiguous:
-                write = ts.array(plan.buffers[box])[_within(unit, box)].write(source)
-                pending.append(_UnitPending(nbytes, key, plan, unit, crc, parts, write, view))
+                into, data = plan.buffers[box], view
+                future = ts.array(into)[_within(unit, box)].write(source)
+                item = _Unit(key, plan, unit, crc, parts, data=data, future=future, copy_out=False)
             else:
-                pending.append(_UnitPending(nbytes, key, plan, unit, crc, parts, source.read()))
+                data = spare.take(tuple(hi - lo for lo, hi in unit), plan.dtype)
+                future = ts.array(data).write(source)
+                item = _Unit(key, plan, unit, crc, parts, data=data, future=future, copy_out=True)
+            future.add_done_callback(item.check)
+            pending.append(item)
             in_flight += nbytes
     while pending:
-        pending.popleft().finish()
+        pending.popleft().finish(spare)
 
 
-class _UnitPending(NamedTuple):
-    """A unit being read: into its shard's buffer (``view``), or into an array to copy out."""
+class _Spare:
+    """Buffers of units read and copied out, for the next units (at most ``keep`` of them,
+    the units a read has in flight with 4 MiB units)."""
 
-    nbytes: int
-    key: str
-    plan: _Plan
-    unit: Box
-    crc: int
-    parts: Sequence[tuple[Box, Box]]
-    future: Any
-    view: np.ndarray | None = None
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self.free: list[np.ndarray] = []  # raw bytes
 
-    def finish(self) -> int:
-        got = self.future.result()
-        data = got if self.view is None else self.view
-        if _CHECK and bytes_crc(data) != self.crc:
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised C-ordered array of ``shape`` and ``dtype``."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        found = next((i for i, raw in enumerate(self.free) if raw.nbytes >= nbytes), None)
+        raw = np.empty(nbytes, np.uint8) if found is None else self.free.pop(found)
+        return raw[:nbytes].view(dtype).reshape(shape)
+
+    def give(self, array: np.ndarray) -> None:
+        """``array`` (from :meth:`take`) is free again."""
+        raw = array.base if isinstance(array.base, np.ndarray) else None
+        while raw is not None and isinstance(raw.base, np.ndarray):
+            raw = raw.base  # the raw buffer under the views
+        if raw is not None and len(self.free) < self.keep:
+            self.free.append(raw)
+
+
+class _Unit:
+    """A unit being read into ``data`` (a view of its shard's buffer, or a buffer of its own
+    to copy out), and its check.
+
+    :meth:`check` runs as the read's completion callback, on the tensorstore thread that
+    completes it (or at once, on this thread, if it is complete already); the CRC-32
+    itself releases the GIL. :meth:`finish` waits for both.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        plan: _Plan,
+        unit: Box,
+        crc: int,
+        parts: Sequence[tuple[Box, Box]],
+        *,
+        data: np.ndarray,
+        future: Any,
+        copy_out: bool,
+    ) -> None:
+        self.key, self.plan, self.unit, self.crc, self.parts = key, plan, unit, crc, parts
+        self.data, self.future, self.copy_out = data, future, copy_out
+        self.nbytes = data.nbytes
+        self.checked = threading.Event()
+        self.matches = True
+        self.failure: BaseException | None = None
+
+    def check(self, future: Any) -> None:
+        """Compare the unit's CRC-32 with the recorded one, once its bytes are in."""
+        try:
+            if _CHECK and future.exception() is None:
+                self.matches = bytes_crc(self.data) == self.crc
+        except BaseException as err:  # raised by finish, on the thread that placed the read
+            self.failure = err
+        finally:
+            self.checked.set()
+
+    def finish(self, spare: _Spare) -> int:
+        """Wait for the read and its check; then let the unit reach its shards."""
+        self.future.result()
+        self.checked.wait()
+        if self.failure is not None:
+            raise self.failure
+        if not self.matches:
             raise ChecksumMismatch(self.key, self.unit)
-        if self.view is None:
+        if self.copy_out:
             for box, cut in self.parts:
-                self.plan.buffers[box][_within(cut, box)] = data[_within(cut, self.unit)]
+                self.plan.buffers[box][_within(cut, box)] = self.data[_within(cut, self.unit)]
+            spare.give(self.data)
         self.plan.done(self.parts)
         return self.nbytes

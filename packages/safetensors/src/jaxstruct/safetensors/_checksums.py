@@ -14,7 +14,14 @@ shape) in a canonical JSON form, so that a changed byte anywhere in
 the file is found. The CRCs have fixed widths: a writer that learns them
 while it writes the data rewrites the header in place, same length.
 
-Files other tools wrote carry no such entry: they load unchecked.
+A second entry, ``jaxstruct.checked`` (:data:`MARK_KEY`), marks the file as
+written with checksums. No single flipped bit erases both keys, so a file
+whose checksums entry was lost or renamed (one flipped bit in its key) is
+still known for one of jaxstruct's, and refused (:func:`marks`); the mark
+itself is covered by the header's CRC. A key one bit away from either name
+counts as that mark too, which also guards files written before the mark.
+
+Files other tools wrote carry neither: they load unchecked.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from zlib_ng.zlib_ng import crc32
 
 __all__ = [
     "CHECKSUMS_KEY",
+    "MARK_KEY",
+    "MARK_VALUE",
     "PIECE_BYTES",
     "Checker",
     "Checksums",
@@ -42,11 +51,15 @@ __all__ = [
     "decode_checksums",
     "encode_checksums",
     "header_crc",
+    "marks",
     "piece_crcs",
 ]
 
 #: The ``__metadata__`` entry holding the checksums.
 CHECKSUMS_KEY = "jaxstruct.checksums"
+#: The ``__metadata__`` entry that marks a file written with checksums, and its value.
+MARK_KEY = "jaxstruct.checked"
+MARK_VALUE = "crc32"
 #: Bytes of tensor data per CRC.
 PIECE_BYTES = 1 << 20
 _VERSION = 1
@@ -120,6 +133,27 @@ def encode_checksums(header: int, piece: int, tensors: Mapping[str, Sequence[int
     )
 
 
+def _one_bit_from(key: str, name: bytes) -> bool:
+    """Whether ``key`` is ``name`` with exactly one bit flipped."""
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) != len(name):
+        return False
+    return sum((a ^ b).bit_count() for a, b in zip(raw, name, strict=True)) == 1
+
+
+_MARK_NAMES = (CHECKSUMS_KEY.encode(), MARK_KEY.encode())
+
+
+def marks(metadata: Mapping[str, str]) -> list[str]:
+    """The keys of ``metadata`` that say jaxstruct wrote the file with checksums: the
+    checksums entry, :data:`MARK_KEY`, or a key one flipped bit away from either."""
+    return [
+        key
+        for key in metadata
+        if key in (CHECKSUMS_KEY, MARK_KEY) or any(_one_bit_from(key, n) for n in _MARK_NAMES)
+    ]
+
+
 class Checksums(NamedTuple):
     """Checked checksums: the piece size and each tensor's piece CRCs."""
 
@@ -136,6 +170,9 @@ def _hex_crcs(text: Any, count: int) -> tuple[int, ...] | None:
         return None
 
 
+_CORRUPT = ": the file is corrupt; restore it from a copy"
+
+
 def decode_checksums(
     text: str,
     metadata: Mapping[str, str],
@@ -147,15 +184,22 @@ def decode_checksums(
     ``sizes``: each tensor's ``(dtype, shape, first, end)``, offsets from the data's start.
     """
     what = f"metadata entry {CHECKSUMS_KEY}"
-    document = parse_json(text, where, what)
-    if not isinstance(document, dict) or document.get("version") != _VERSION:
+    try:
+        document = parse_json(text, where, what)
+    except SerializationError as err:
+        raise SerializationError(f"{err}{_CORRUPT}") from None
+    version = document.get("version") if isinstance(document, dict) else None
+    if type(version) is int and version > _VERSION:
         raise SerializationError(
-            f"{where}: the {what} is malformed or of an unknown version; upgrade "
-            "jaxstruct-safetensors"
+            f"{where}: the {what} is of version {version}, newer than this "
+            "jaxstruct-safetensors reads: upgrade jaxstruct-safetensors (or, if the file is "
+            "damaged, restore it from a copy)"
         )
+    if version != _VERSION:
+        raise SerializationError(f"{where}: the {what} is malformed{_CORRUPT}")
     piece, found, stored = document.get("piece"), document.get("tensors"), document.get("header")
     if type(piece) is not int or piece <= 0 or not isinstance(found, dict):
-        raise SerializationError(f"{where}: the {what} has no valid 'piece' or 'tensors'")
+        raise SerializationError(f"{where}: the {what} has no valid 'piece' or 'tensors'{_CORRUPT}")
     expected = _hex_crcs(stored, 1)
     actual = header_crc(
         metadata, ((name, dtype, shape) for name, (dtype, shape, _, _) in sizes.items())
@@ -166,12 +210,14 @@ def decode_checksums(
             "corrupt (a changed byte in the manifest or the tensor table); restore it from a copy"
         )
     if set(found) != set(sizes):
-        raise SerializationError(f"{where}: the {what} does not list exactly the file's tensors")
+        raise SerializationError(
+            f"{where}: the {what} does not list exactly the file's tensors{_CORRUPT}"
+        )
     tensors = {}
     for name, (_, _, first, end) in sizes.items():
         crcs = _hex_crcs(found[name], math.ceil((end - first) / piece))
         if crcs is None:
-            raise SerializationError(f"{where}: malformed {what} for tensor {name!r}")
+            raise SerializationError(f"{where}: malformed {what} for tensor {name!r}{_CORRUPT}")
         tensors[name] = crcs
     return Checksums(piece, tensors)
 

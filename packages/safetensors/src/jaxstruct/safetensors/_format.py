@@ -15,7 +15,8 @@ stored as their key data (``uint32``) and rebuilt from the manifest.
 Writing is the safetensors library's (``safetensors.serialize_file``, from
 the arrays' own buffers) unless that would need more than ``_write.COPY_BUDGET``
 bytes of host copies at once; then the file is written tensor by tensor in the
-same layout (``_write``). The file is fsynced before ``jaxstruct.io`` publishes it.
+same layout (``_write``). ``jaxstruct.io`` makes the file durable (fsync) and
+publishes it.
 
 Reading is this package's own, where the library falls short (``_read`` says
 how, measured): the header is checked by ``_header`` (strict JSON through
@@ -46,8 +47,16 @@ from jaxstruct.io import (
 )
 from jaxstruct.registry import SerializationError
 
-from ._checksums import CHECKSUMS_KEY, Checker, Checksums, decode_checksums
-from ._header import Entry, Header, dtype_of, read_header, stored_name
+from ._checksums import (
+    CHECKSUMS_KEY,
+    MARK_KEY,
+    MARK_VALUE,
+    Checker,
+    Checksums,
+    decode_checksums,
+    marks,
+)
+from ._header import DAMAGED, Entry, Header, dtype_of, read_header, stored_name
 from ._read import read_tensor
 from ._write import Tensor, write_file
 
@@ -128,6 +137,7 @@ def _plan(manifest: bytes, arrays: Mapping[str, Any]) -> tuple[dict[str, str], d
     metadata = {
         MANIFEST_KEY: manifest.decode("utf-8"),
         TENSORS_KEY: json.dumps(table, separators=(",", ":")),
+        MARK_KEY: MARK_VALUE,  # the writer adds the checksums entry, the other mark
     }
     return metadata, {k: stored[k] for k in order}
 
@@ -152,6 +162,7 @@ class SafetensorsFormat(Format):
     name = "safetensors"
     suffixes = (".safetensors",)
     is_directory = False
+    checks_arrays = True
 
     def write(
         self,
@@ -162,7 +173,7 @@ class SafetensorsFormat(Format):
         compression: str,
         step: Callable[[str], None],
     ) -> None:
-        """Write the file (by the safetensors library's writer when it can, ``_write``); fsync."""
+        """Write the file (by the safetensors library's writer when it can, ``_write``)."""
         if compression == "deflate":
             raise SerializationError(
                 'safetensors files are never compressed; leave compression="auto" or "none"'
@@ -176,25 +187,25 @@ class SafetensorsFormat(Format):
             nbytes = math.prod(shape) * dtype.itemsize
             tensors[key] = Tensor(stored.name, tensor_dtype, tensor_shape, nbytes)
         write_file(target, metadata, tensors, arrays)
-        step("arrays-written")
-        fd = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        step("temp-synced")
+        step("arrays-written")  # jaxstruct.io makes the file durable, then publishes it
 
     def sniff(self, path: Any) -> bool:
-        """A file starting with a plausible header length and ``{``."""
+        """A file starting with a header length that fits it and ``{``; named
+        ``.safetensors``, either of the two is enough, so that a damaged file (one flipped
+        bit) gets :meth:`open`'s error saying what is wrong, not "not a checkpoint"."""
         try:
             with open(path, "rb") as file:
                 head = file.read(9)
                 size = os.fstat(file.fileno()).st_size
         except OSError:
             return False
-        return (
-            len(head) == 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size
-        )
+        if len(head) != 9:
+            return False
+        fits = 8 + int.from_bytes(head[:8], "little") <= size
+        brace = head[8:9] == b"{"
+        if str(path).lower().endswith(".safetensors"):
+            return fits or brace
+        return fits and brace
 
     def owns(self, path: Any) -> bool:
         """Whether ``path`` is a jaxstruct safetensors file (``overwrite`` replaces only those)."""
@@ -211,7 +222,7 @@ class SafetensorsFormat(Format):
         file = open(path, "rb")  # noqa: SIM115 - open until the checkpoint is closed
         try:
             header = read_header(file, limits, where)
-            checksums = _checksums(header, where)
+            checksums = _file_checksums(header, where)
             stored = _stored_table(header, where) if MANIFEST_KEY in header.metadata else None
         except BaseException:
             file.close()
@@ -221,11 +232,19 @@ class SafetensorsFormat(Format):
         return _CheckedOpened(file, header, stored, where, checksums)
 
 
-def _checksums(header: Header, where: str) -> Checksums | None:
-    """The file's checksums, the header's own checked; ``None`` when it has none (a file
-    another tool wrote, or jaxstruct-safetensors before 0.2)."""
+def _file_checksums(header: Header, where: str) -> Checksums | None:
+    """The file's checksums, the header's own checked; ``None`` when it has none and no
+    mark says it should (a file another tool wrote, or one of jaxstruct-safetensors
+    before checksums)."""
     text = header.metadata.get(CHECKSUMS_KEY)
     if text is None:
+        found = marks(header.metadata)
+        if found:
+            raise SerializationError(
+                f"{where}: jaxstruct wrote this file with checksums (its header holds "
+                f"{found[0]!r}), but their entry {CHECKSUMS_KEY!r} is missing or renamed: "
+                "the header is corrupt; restore the file from a copy"
+            )
         return None
     start = header.data_start
     sizes = {
@@ -237,9 +256,14 @@ def _checksums(header: Header, where: str) -> Checksums | None:
 
 def _stored_table(header: Header, where: str) -> dict[str, Stored]:
     """Check ``jaxstruct.tensors``: each array key's tensor, form and order."""
-    table = parse_json(header.metadata.get(TENSORS_KEY, ""), where, f"metadata entry {TENSORS_KEY}")
+    try:
+        table = parse_json(
+            header.metadata.get(TENSORS_KEY, ""), where, f"metadata entry {TENSORS_KEY}"
+        )
+    except SerializationError as err:
+        raise SerializationError(f"{err}{DAMAGED}") from None
     if not isinstance(table, dict):
-        raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not an object")
+        raise SerializationError(f"{where}: the metadata's {TENSORS_KEY} is not an object{DAMAGED}")
     out = {}
     for key, info in table.items():
         if (
@@ -249,7 +273,9 @@ def _stored_table(header: Header, where: str) -> dict[str, Stored]:
             or info.get("as", "complex") not in _FORMS
             or info.get("order", "F") != "F"
         ):
-            raise SerializationError(f"{where}: malformed {TENSORS_KEY} entry for array {key!r}")
+            raise SerializationError(
+                f"{where}: malformed {TENSORS_KEY} entry for array {key!r}{DAMAGED}"
+            )
         if info["name"] not in header.tensors:
             raise SerializationError(
                 f"{where}: array {key!r} is stored as the tensor {info['name']!r}, which the "
@@ -368,6 +394,7 @@ class _CheckedOpened(_Opened):
     ) -> None:
         super().__init__(file, header, stored, where)
         self.checksums = checksums
+        self.arrays_checked = True  # present, the header's CRC matched: every read checks
         piece = checksums.piece
         size = f"{piece >> 20} MiB" if piece % (1 << 20) == 0 else f"{piece} bytes"
         self.checksum_scheme = f"CRC-32 per {size} piece of every tensor, and of the header"

@@ -30,6 +30,7 @@ from jaxstruct.io import Limits, parse_json
 from jaxstruct.registry import SerializationError
 
 __all__ = [
+    "DAMAGED",
     "DTYPES",
     "Entry",
     "Header",
@@ -134,22 +135,26 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+#: What to do about a header that cannot be a safetensors file's.
+DAMAGED = "; the file is damaged (or not a safetensors file): restore it from a copy"
+
+
 def _entry(name: str, raw: Any, data_bytes: int, start: int, where: str) -> Entry:
     what = f"{where}: the header's tensor {name!r}"
     if not isinstance(raw, dict) or not {"dtype", "shape", "data_offsets"} <= set(raw):
-        raise SerializationError(f"{what} must have 'dtype', 'shape' and 'data_offsets'")
+        raise SerializationError(f"{what} must have 'dtype', 'shape' and 'data_offsets'{DAMAGED}")
     dtype_name, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
     if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
         raise SerializationError(
             f"{what} has dtype {dtype_name!r}, which jaxstruct does not read (it reads "
-            f"{sorted(DTYPES)})"
+            f"{sorted(DTYPES)}); if the file is damaged, restore it from a copy"
         )
     if (
         not isinstance(shape, list)
         or len(shape) > _MAX_NDIM
         or not all(_is_int(n) and n >= 0 for n in shape)
     ):
-        raise SerializationError(f"{what} has a malformed shape {str(shape)[:80]}")
+        raise SerializationError(f"{what} has a malformed shape {str(shape)[:80]}{DAMAGED}")
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
@@ -158,13 +163,13 @@ def _entry(name: str, raw: Any, data_bytes: int, start: int, where: str) -> Entr
     ):
         raise SerializationError(
             f"{what} has data_offsets {str(offsets)[:80]} outside the file's "
-            f"{data_bytes} data bytes"
+            f"{data_bytes} data bytes{DAMAGED}"
         )
     dtype = DTYPES[dtype_name]
     if math.prod(shape) * dtype.itemsize != offsets[1] - offsets[0]:
         raise SerializationError(
             f"{what}: {dtype_name} {shape} needs {math.prod(shape) * dtype.itemsize} bytes, "
-            f"but its data_offsets span {offsets[1] - offsets[0]}"
+            f"but its data_offsets span {offsets[1] - offsets[0]}{DAMAGED}"
         )
     return Entry(dtype, tuple(shape), start + offsets[0], start + offsets[1])
 
@@ -176,26 +181,31 @@ def read_header(file: Any, limits: Limits, where: str) -> Header:
     if len(head) != _LENGTH_BYTES:
         raise SerializationError(f"{where}: too short for a safetensors file ({size} bytes)")
     length = int.from_bytes(head, "little")
+    if length < 2 or _LENGTH_BYTES + length > size:
+        raise SerializationError(
+            f"{where}: the header length {length} does not fit the file's {size} bytes: "
+            "the file is truncated or damaged (or not a safetensors file); restore it from a copy"
+        )
     if length > limits.max_manifest_bytes:
         raise SerializationError(
             f"{where}: the safetensors header is {length} bytes, more than max_manifest_bytes="
             f"{limits.max_manifest_bytes}; if you trust this file, pass a larger "
             "max_manifest_bytes="
         )
-    if length < 2 or _LENGTH_BYTES + length > size:
-        raise SerializationError(
-            f"{where}: the header length {length} does not fit the file's {size} bytes "
-            "(truncated, or not a safetensors file)"
-        )
     text = file.read(length)
     if len(text) != length:
         raise SerializationError(f"{where}: the file changed while its header was read")
-    document = parse_json(text, where, "safetensors header")
+    try:
+        document = parse_json(text, where, "safetensors header")
+    except SerializationError as err:
+        raise SerializationError(f"{err}{DAMAGED}") from None
     if not isinstance(document, dict):
-        raise SerializationError(f"{where}: the safetensors header is not a JSON object")
+        raise SerializationError(f"{where}: the safetensors header is not a JSON object{DAMAGED}")
     metadata = document.pop(METADATA, {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise SerializationError(f"{where}: the header's __metadata__ must map strings to strings")
+        raise SerializationError(
+            f"{where}: the header's __metadata__ must map strings to strings{DAMAGED}"
+        )
     if len(document) > limits.max_nodes:
         raise SerializationError(
             f"{where}: the file holds {len(document)} tensors, more than max_nodes="
@@ -213,7 +223,7 @@ def read_header(file: Any, limits: Limits, where: str) -> Header:
     previous = start
     for entry in sorted(tensors.values(), key=lambda e: (e.begin, e.end)):
         if entry.begin < previous:
-            raise SerializationError(f"{where}: two tensors' data_offsets overlap")
+            raise SerializationError(f"{where}: two tensors' data_offsets overlap{DAMAGED}")
         previous = entry.end
     return Header(metadata, tensors, start)
 

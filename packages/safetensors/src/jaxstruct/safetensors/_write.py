@@ -16,16 +16,15 @@ so that no tensor is ever copied whole; the layout is the one the library
 writes (the header padded with spaces to 8 bytes, tensors by decreasing
 alignment then name).
 
-Either way, while a file of :data:`FLUSH_FROM` bytes or more is written, a
-thread of the call flushes what is written so far to disk (``fdatasync`` in a
-loop, and once more when the writing ends), so the disk writes while the file
-is still being filled instead of after it; the format's ``fsync`` at the end
-then has little left to wait for (0.3 s for 1 GiB became a few ms here; the
-whole export gained less, within the machine's noise: see benchmarks/README.md).
-The format then fsyncs the file, and jaxstruct.io publishes it atomically.
-(The library itself writes to a temporary sibling of its own and renames that
-onto the path it is given: here a path in a directory named after the
-export's own temporary, then moved onto that temporary.)
+Either way, while a file of :data:`FLUSH_FROM` bytes or more is written, it is
+flushed to disk as it is written (:func:`jaxstruct.io.flush_while_writing`), so
+the disk writes while the file is still being filled instead of after it; the
+fsync ``jaxstruct.io`` makes before publishing the file atomically then has
+little left to wait for (0.3 s for 1 GiB became a few ms here; the whole export
+gained less, within the machine's noise: see benchmarks/README.md). (The library
+itself writes to a temporary sibling of its own and renames that onto the path
+it is given: here a path in a directory named after the export's own temporary,
+then moved onto that temporary.)
 """
 
 from __future__ import annotations
@@ -35,14 +34,13 @@ import errno
 import math
 import os
 import shutil
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from jaxstruct.io import (
+    flush_while_writing,
     host_array,
     host_budget,
     host_chunks,
@@ -66,64 +64,6 @@ COPY_BUDGET = 64 << 20
 
 #: Files of at least this many bytes are flushed to disk while they are written.
 FLUSH_FROM = 64 << 20
-
-#: Seconds between the flushes of a file being written (each waits for the last).
-FLUSH_EVERY_S = 0.05
-
-
-@contextmanager
-def _flushed_while_written(find: Callable[[], int | None]) -> Iterator[None]:
-    """Flush the file being written in the ``with`` block, from a thread of this call.
-
-    ``find()`` opens the file (a descriptor the thread closes) once it exists,
-    ``None`` before. A failed flush stops the flushing: the ``fsync`` after the
-    write reports what matters.
-    """
-    done = threading.Event()
-
-    def flush() -> None:
-        fd = None
-        try:
-            while True:
-                # One more pass once the writing has ended: the tail, and a file written
-                # faster than the thread first looked (so every big file is flushed here).
-                last = done.is_set()
-                if fd is None:
-                    fd = find()
-                if fd is not None:
-                    os.fdatasync(fd)
-                if last:
-                    break
-                done.wait(FLUSH_EVERY_S)
-        except OSError:
-            pass
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    thread = threading.Thread(target=flush, name="jaxstruct-safetensors-flush", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
-def _open_in(directory: Path, skip: str) -> Callable[[], int | None]:
-    """``find`` for the file the library writes: the one entry of ``directory`` but ``skip``."""
-
-    def find() -> int | None:
-        for name in os.listdir(directory):
-            if name != skip:
-                try:
-                    return os.open(directory / name, os.O_RDONLY)
-                except FileNotFoundError:  # renamed meanwhile: found next time
-                    return None
-        return None
-
-    return find
-
 
 #: The largest header the safetensors library writes or opens (its ``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000
@@ -207,11 +147,12 @@ def _with_library(
     try:
         with open(scratch / "mode", "xb") as file:
             mode = os.fstat(file.fileno()).st_mode & 0o7777
+        os.unlink(scratch / "mode")  # the directory then holds the library's file alone
         # ``buffers`` holds every array the specs point into until this returns.
         if sum(t.nbytes for t in plan.values()) < FLUSH_FROM:
             safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
         else:
-            with _flushed_while_written(_open_in(scratch, "mode")):
+            with flush_while_writing(scratch):  # the file the library writes in it
                 safetensors.serialize_file(specs, scratch / "file", metadata=dict(metadata))
         os.chmod(scratch / "file", mode)
         if os.path.lexists(path):
@@ -261,7 +202,7 @@ def _tensor_by_tensor(
     zeros = {t.name: [0] * -(-t.nbytes // piece) for t in plan.values()}
     placeholder = encode_header(_with_checksums(metadata, plan, zeros), entries)
     crcs = {}
-    with open(path, "xb") as file, _flushed_while_written(lambda: os.dup(file.fileno())):
+    with open(path, "xb") as file, flush_while_writing(path):
         file.write(placeholder)
         for key, tensor in plan.items():
             stream = CrcStream(piece)

@@ -1,4 +1,6 @@
-"""Property-based testing of structs: Hypothesis strategies and round-trip assertions.
+"""Property-based testing of structs: Hypothesis strategies and round-trip assertions, and
+the conformance tests of format and codec plugins (``FormatTests``, ``CodecTests``, which
+need pytest).
 
 Installing ``jaxstruct-testing`` also makes ``st.from_type(MyStruct)`` work
 (through Hypothesis's ``hypothesis`` entry point) and adds the pytest
@@ -17,12 +19,16 @@ if TYPE_CHECKING:
     from ._arrays import arrays
     from ._assertions import FORMATS, assert_pytree_roundtrip, assert_roundtrip
     from ._classes import struct_classes
+    from ._codec_tests import CodecTests
     from ._compare import first_difference
+    from ._format_tests import FormatTests
     from ._refusals import RefusalWarning
     from ._strategies import hashable_values, structs
 
 _WHERE = {
+    "CodecTests": "._codec_tests",
     "FORMATS": "._assertions",
+    "FormatTests": "._format_tests",
     "RefusalWarning": "._refusals",
     "arrays": "._arrays",
     "assert_pytree_roundtrip": "._assertions",
@@ -35,6 +41,8 @@ _WHERE = {
 
 __all__ = [
     "FORMATS",
+    "CodecTests",
+    "FormatTests",
     "RefusalWarning",
     "arrays",
     "assert_pytree_roundtrip",

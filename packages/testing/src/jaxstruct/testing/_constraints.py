@@ -5,13 +5,16 @@ the whole draw away when a validator or converter refused it: with two or
 three checked fields most draws were lost, and Hypothesis' ``filter_too_much``
 health check fired. Here each field's strategy is narrowed on its own:
 
-* bounds written in the annotation (``Annotated[float, Ge(0)]``, any metadata
-  object with ``gt``/``ge``/``lt``/``le`` attributes, as ``annotated_types``
-  has) become the bounds of the drawn numbers;
+* constraints (``jaxstruct.core.constraints``) and bounds written in the
+  annotation (``Annotated[float, Ge(0)]``, any metadata object with
+  ``gt``/``ge``/``lt``/``le`` attributes, as ``annotated_types`` has) or given
+  as validators are built into the drawn numbers and arrays (see ``_checks``
+  and ``_satisfy``);
 * a one-argument validator of a field without converter is handed to
   Hypothesis' ``filter``, which turns comparisons it can read
   (``lambda w: w >= 0``, ``def positive(x): return x > 0``) into bounded
-  draws; other validators filter the field's draws, not the instance's;
+  draws; other validators filter the field's draws, not the instance's (each
+  refused value counted for the health-check note, naming class, field and check);
 * a converter whose first parameter is annotated gets values of that type;
   one that is not gets real-valued leaves (a complex array cast to a real
   dtype loses its imaginary part and warns), never nested containers.
@@ -29,6 +32,10 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 from jaxstruct.core import FieldSpec
+from jaxstruct.core.constraints import Constraint
+
+from ._checks import is_built
+from ._refusals import record_field_refusal
 
 __all__ = ["annotated_bounds", "converter_input", "narrowed"]
 
@@ -140,12 +147,33 @@ def _truthy(result: Any) -> bool:
 _SCALAR_TYPES = (int, float, complex, str, bytes, bool)
 
 
+def _described(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None:
+        return f"{dtype}[{','.join(map(str, shape))}]"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _why(check: Any, value: Any) -> str:
+    """Why ``check`` refused ``value``, as core would say it."""
+    if isinstance(check, Constraint):
+        explained = check.explain(value)
+        return f"{check!r} refused {_described(value)}" + (f": {explained}" if explained else "")
+    name = getattr(check, "__qualname__", None) or repr(check)
+    return f"validator {name!r} rejected {_described(value)}"
+
+
 def narrowed(
     spec: FieldSpec,
     strategy: st.SearchStrategy[Any],
     annotation: Any = None,
     *,
     hashable: bool = False,
+    cls: type | None = None,
+    honoured: frozenset[str] = frozenset(),
+    leftover: tuple[Any, ...] = (),
 ) -> st.SearchStrategy[Any]:
     """Narrow a field's strategy to values its converter and one-argument validators accept.
 
@@ -153,23 +181,38 @@ def narrowed(
     scalar type (``n: int = field(converter=int)``) changes nothing on such
     values, so the validators are read as if there were no converter. With
     ``hashable`` (a static field), the converted value must also be hashable.
+    Constraints whose kind is in ``honoured`` are satisfied by the draw
+    already and not checked again (unless a converter changes the value);
+    ``leftover`` constraints (those the draw could not build in) filter too.
     Validators that also take the instance, and ``__post_init__`` or checks,
-    still decide at construction (a refused draw is then discarded).
+    still decide at construction (a refused draw is then discarded). Each
+    value the filter refuses is counted for the health-check note, naming
+    ``cls``, the field and the check.
     """
     converter = spec.converter
     if converter in _SCALAR_TYPES and annotation is converter:
         converter = None
     if converter is not None and _takes_instance(converter):
         return strategy
-    remaining = [v for v in spec.validators if not _takes_instance(v)]
+    remaining = [
+        v
+        for v in spec.validators
+        if not _takes_instance(v)
+        and not (isinstance(v, Constraint) and v.kind == "annotation")  # read from the hints
+        and not (converter is None and is_built(v) and v.kind in honoured and v not in leftover)
+    ]
+    remaining += [c for c in leftover if c not in remaining]
     if converter is None:
         for validator in list(remaining):
+            if isinstance(validator, Constraint):
+                continue
             bounded = strategy.filter(validator)
             if _fully_rewritten(bounded):
                 strategy = bounded
                 remaining.remove(validator)
     if not remaining and converter is None and not hashable:
         return strategy
+    where = (cls.__qualname__ if cls is not None else "?", spec.name)
 
     def accepted(value: Any) -> bool:
         # Warnings count as refusals, as under pytest's "warnings are errors".
@@ -177,10 +220,28 @@ def narrowed(
             warnings.simplefilter("error")
             try:
                 out = converter(value) if converter is not None else value
-                if hashable:
-                    hash(out)
-                return all(_truthy(v(out)) for v in remaining)
-            except Exception:
+            except Exception as err:
+                name = getattr(converter, "__qualname__", None) or repr(converter)
+                record_field_refusal(f"converter {name!r} raised {type(err).__name__}", where)
                 return False
+            if hashable:
+                try:
+                    hash(out)
+                except Exception:
+                    record_field_refusal(f"unhashable {type(out).__name__}", where)
+                    return False
+            for check in remaining:
+                try:
+                    ok = _truthy(check(out))
+                except Exception as err:
+                    name = getattr(check, "__qualname__", None) or repr(check)
+                    record_field_refusal(
+                        f"validator {name!r} raised {type(err).__name__}: {err}", where
+                    )
+                    return False
+                if not ok:
+                    record_field_refusal(_why(check, out), where)
+                    return False
+            return True
 
     return strategy.filter(accepted)

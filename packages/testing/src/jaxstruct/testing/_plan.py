@@ -85,6 +85,7 @@ class Plan:
         "cls",
         "depends",
         "extra",
+        "nested",
         "order",
         "overrides",
         "settable",
@@ -99,8 +100,11 @@ class Plan:
         *,
         strict: bool = True,
         extra: Any = None,
+        nested: tuple[str, ...] = (),
     ) -> None:
         self.cls = cls
+        #: Nested struct fields drawn with bindings or overrides inside them (shared sizes).
+        self.nested = nested
         self.settable = settable
         self.overrides = dict(overrides)
         where = f"structs({cls.__qualname__})"
@@ -152,7 +156,7 @@ class Plan:
     def _rank(self, name: str) -> int:
         if name in self.depends:
             return 2
-        if name in self.bound_inside:
+        if name in self.bound_inside or name in self.nested:
             return 0
         if name in self.bound or name in self.overrides:
             return 0 if name in self.bound else 1

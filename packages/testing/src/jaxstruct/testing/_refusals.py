@@ -16,11 +16,18 @@ those refused, so that the pytest plugin can report, at the end of each test,
 a class that refuses a large share of its draws (:class:`RefusalWarning`): an
 over-strict check otherwise passes silently, its refusals discarded.
 
+A second tally counts the values refused *field by field* (a validator
+filtering one field's draws, a shape an earlier field's sizes rule out): no
+instance is lost to them, so they are no :class:`RefusalWarning`, but when
+they are what made Hypothesis give up (``filter_too_much``), the health
+check's note names the class, the field and the check, from this tally.
+
 Kept free of JAX and Hypothesis imports: the pytest plugin reads the tally.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections import Counter
 from types import CodeType
@@ -30,8 +37,10 @@ __all__ = [
     "REPORTED_SHARE",
     "RefusalWarning",
     "describe_refusal",
+    "drawing_field",
     "health_note",
     "record_attempt",
+    "record_field_refusal",
     "record_refusal",
     "refusal_report",
     "reset_refusals",
@@ -41,6 +50,13 @@ __all__ = [
 _TALLY: Counter[tuple[str, str]] = Counter()
 #: Instances ``structs()`` tried to build since the current test started, per class name.
 _ATTEMPTS: Counter[str] = Counter()
+#: Values refused field by field since the current test started: (class name, summary) -> count.
+_FIELD_TALLY: Counter[tuple[str, str]] = Counter()
+
+#: The class and field whose value is being drawn (for refusals deep inside the draw).
+drawing_field: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "jaxstruct_testing_field", default=None
+)
 
 #: A class refusing more than this share of its draws in a test is reported (however
 #: few: one refusal of a three-value space, exhausted by Hypothesis, is a valid value lost).
@@ -129,6 +145,19 @@ def record_refusal(cls: type, summary: str) -> None:
     _TALLY[(cls.__qualname__, summary)] += 1
 
 
+def record_field_refusal(reason: str, where: tuple[str, str] | None = None) -> str:
+    """Count a value refused for one field (``where``: class and field names; default: the
+    field being drawn); return the summary ``"Class.field: reason"`` it is counted under."""
+    where = where or drawing_field.get()
+    if where is None:
+        summary = _short(reason)
+        _FIELD_TALLY[("", summary)] += 1
+        return summary
+    summary = _short(f"{where[0]}.{where[1]}: {reason}")
+    _FIELD_TALLY[(where[0], summary)] += 1
+    return summary
+
+
 def record_attempt(cls: type) -> None:
     """Count an instance of ``cls`` that ``structs()`` tries to build in the running test."""
     _ATTEMPTS[cls.__qualname__] += 1
@@ -138,6 +167,7 @@ def reset_refusals() -> None:
     """Forget the draws and refusals counted so far (a new test starts)."""
     _TALLY.clear()
     _ATTEMPTS.clear()
+    _FIELD_TALLY.clear()
 
 
 def _reasons(name: str, top: int) -> list[tuple[str, int]]:
@@ -193,25 +223,46 @@ def refusal_report(top: int = 3) -> str | None:
 def health_note(top: int = 3) -> str | None:
     """A note naming the classes whose draws were refused most, with their reasons, or ``None``.
 
+    Whole instances refused at construction come first, then values refused
+    field by field (each naming the class, the field and the check).
+
     Example:
         >>> reset_refusals()
         >>> class Cfg:
         ...     pass
         >>> for _ in range(3):
         ...     record_refusal(Cfg, "Cfg.n: validator 'positive' rejected 0")
+        >>> _ = record_field_refusal("validator 'finite' rejected float32[3]", ("Cfg", "w"))
         >>> print(health_note())
         jaxstruct.testing: structs() discarded draws its classes refused: Cfg 3 times, most often
           3x Cfg.n: validator 'positive' rejected 0
+        and values its fields refused: Cfg 1 times, most often
+          1x Cfg.w: validator 'finite' rejected float32[3]
         >>> reset_refusals()
     """
-    if not _TALLY:
-        return None
+    parts = []
+    if _TALLY:
+        parts.append(
+            "jaxstruct.testing: structs() discarded draws its classes refused: "
+            + _summary(_TALLY, top)
+        )
+    if _FIELD_TALLY:
+        head = (
+            "and values its fields refused: "
+            if parts
+            else "jaxstruct.testing: structs() discarded values its fields refused: "
+        )
+        parts.append(head + _summary(_FIELD_TALLY, top))
+    return "\n".join(parts) if parts else None
+
+
+def _summary(tally: Counter[tuple[str, str]], top: int) -> str:
     per_class: Counter[str] = Counter()
-    for (name, _), count in _TALLY.items():
+    for (name, _), count in tally.items():
         per_class[name] += count
     lines = []
     for name, total in per_class.most_common(top):
-        reasons = _reasons(name, top)
-        lines.append(f"{name} {total} times, most often")
+        reasons = [(why, n) for (cls, why), n in tally.most_common() if cls == name][:top]
+        lines.append(f"{name or 'arrays()'} {total} times, most often")
         lines += [f"  {n}x {why}" for why, n in reasons]
-    return "jaxstruct.testing: structs() discarded draws its classes refused: " + "\n".join(lines)
+    return "\n".join(lines)

@@ -3,9 +3,11 @@
 import contextvars
 import enum
 import inspect
+import math
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +20,9 @@ from jaxstruct.core import FieldKind, FieldSpec
 
 from ._abstract import is_abstract_class
 from ._arrays import (
+    CURRENT_SIZES,
     DEFAULT_DTYPES,
+    LIVE,
     ArrayRequest,
     SizeTable,
     array_request,
@@ -32,11 +36,13 @@ from ._arrays import (
     merge_requests,
     numpy_scalars,
 )
-from ._constraints import annotated_bounds, converter_input, narrowed
+from ._checks import BUILT, NOTHING, Checks, checks_from
+from ._constraints import converter_input, narrowed
 from ._options import DrawOptions
 from ._plan import Plan, bindings_inside, split_sizes
-from ._refusals import describe_refusal, record_attempt, record_refusal
+from ._refusals import describe_refusal, drawing_field, record_attempt, record_refusal
 from ._shown import Shown
+from ._upfront import Upfront, upfront_sizes
 
 __all__ = ["hashable_values", "nested_structs", "structs", "value_strategy"]
 
@@ -110,14 +116,18 @@ def value_strategy(
     kind: FieldKind = FieldKind.NODE,
     sizes: dict[str, Any] | None = None,
     real: bool = False,
+    checks: Checks = NOTHING,
+    honoured: set[str] | None = None,
 ) -> st.SearchStrategy[Any] | None:
     """Return a strategy for values of ``annotation`` in a field of ``kind``, or ``None``.
 
     ``None`` means the annotation says nothing usable (``object``, ``Any``, no
     annotation); callers then fall back to a default for the kind. With
     ``real``, arrays whose dtype the annotation leaves open are not complex
-    (used for values a converter will cast). ``Annotated[int, Ge(0)]``-style
-    metadata (``gt``/``ge``/``lt``/``le`` attributes) bounds numbers.
+    (used for values a converter will cast). ``checks`` (and the constraints
+    and ``ge``/``gt``/``le``/``lt`` bounds in ``Annotated`` metadata) are
+    built into arrays and numbers; the kinds of check built in are added to
+    ``honoured`` (what no filter needs to check again).
     """
     sizes = {} if sizes is None else sizes
     if annotation is None or annotation is typing.Any or annotation is object:
@@ -126,7 +136,15 @@ def value_strategy(
         return None
     request = array_request(annotation)
     if request is not None:
+        request = request.with_checks(checks)
+        if honoured is not None and not checks.empty:
+            honoured.update(BUILT)
         return arrays_for(_real(request) if real else request, sizes)
+    if annotation in (int, float) and not checks.empty:
+        bounded = _bounded_number(annotation, checks)
+        if honoured is not None:
+            honoured.update({"finite", "bounded"})
+        return bounded
     if annotation in _SCALARS:
         return _SCALARS[annotation]()
     scalars = numpy_scalars(annotation)
@@ -144,10 +162,10 @@ def value_strategy(
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        bounded = annotated_bounds(args[0], tuple(getattr(annotation, "__metadata__", ())))
-        if bounded is not None:
-            return bounded
-        return value_strategy(args[0], kind=kind, sizes=sizes, real=real)
+        found = checks.merge(checks_from(getattr(annotation, "__metadata__", ())))
+        return value_strategy(
+            args[0], kind=kind, sizes=sizes, real=real, checks=found, honoured=honoured
+        )
     if origin is typing.Literal:
         return st.sampled_from(args)
     if origin is typing.Union or origin is types.UnionType:
@@ -159,10 +177,12 @@ def value_strategy(
         if requests:
             # An array annotation written as a union (chex.Array, jax.typing.ArrayLike,
             # np.ndarray | np.number): arrays of its array members, None if it allows it.
-            merged = merge_requests(requests)
+            merged = merge_requests(requests).with_checks(checks)
+            if honoured is not None and not checks.empty:
+                honoured.update(BUILT)
             drawn = arrays_for(_real(merged) if real else merged, sizes)
             return st.none() | drawn if type(None) in args else drawn
-        parts = [value_strategy(a, kind=kind, sizes=sizes, real=real) for a in args]
+        parts = [value_strategy(a, kind=kind, sizes=sizes, real=real, checks=checks) for a in args]
         if any(p is None for p in parts):
             return None
         return st.one_of(*typing.cast(list[st.SearchStrategy[Any]], parts))
@@ -174,6 +194,24 @@ def value_strategy(
         except (InvalidArgument, TypeError):  # pragma: no cover - defensive
             return None
     return None
+
+
+def _bounded_number(annotation: type, checks: Checks) -> st.SearchStrategy[Any]:
+    """Ints or floats inside ``checks``' bounds (finite floats when it says so)."""
+    if annotation is int:
+        low = -(2**31) if checks.lo is None else checks.lo
+        high = 2**31 - 1 if checks.hi is None else checks.hi
+        low = math.floor(low) + 1 if checks.exclude_lo else math.ceil(low)
+        high = math.ceil(high) - 1 if checks.exclude_hi else math.floor(high)
+        return st.integers(low, high)
+    return st.floats(
+        min_value=checks.lo,
+        max_value=checks.hi,
+        exclude_min=checks.exclude_lo,
+        exclude_max=checks.exclude_hi,
+        allow_nan=False,
+        allow_infinity=False if checks.finite else None,
+    )
 
 
 def _named_tuples(
@@ -258,11 +296,21 @@ def _defining_namespace(cls: type) -> dict[str, Any] | None:
     return None
 
 
+#: Resolved annotations per class (evaluating string annotations is most of a draw's cost).
+_HINTS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _hints(cls: type) -> dict[str, Any]:
+    found = _HINTS.get(cls)
+    if found is not None:
+        return found
     try:
-        return typing.get_type_hints(cls, include_extras=True)
+        found = typing.get_type_hints(cls, include_extras=True)
     except Exception:
         pass
+    else:
+        _HINTS[cls] = found  # only when complete: a name defined later may resolve then
+        return found
     # Resolve field by field, so one unresolvable name loses only its own field.
     namespace = _defining_namespace(cls)
     hints: dict[str, Any] = {}
@@ -298,13 +346,29 @@ def _field_strategy(
         # A typed-key default names the implementation and shape to draw.
         impl = key_impl_of(spec.default)
         return arrays_for(key_request(impl, tuple(fixed_dim(n) for n in spec.default.shape)), sizes)
+    # The constraints among the validators are built into the draws, where the
+    # annotation says what to draw (arrays, numbers); the others filter.
+    checks = checks_from(spec.validators, validated=bool(spec.validators))
+    honoured: set[str] = set()
     accepts = converter_input(spec)
     if accepts is not None:
         # Draw what the converter takes, not what it returns.
-        found = value_strategy(accepts, kind=spec.kind, sizes=sizes)
+        found = value_strategy(
+            accepts, kind=spec.kind, sizes=sizes, checks=checks, honoured=honoured
+        )
     if found is None:
         accepts = annotation
-        found = value_strategy(annotation, kind=spec.kind, sizes=sizes, real=converted)
+        found = value_strategy(
+            annotation,
+            kind=spec.kind,
+            sizes=sizes,
+            real=converted,
+            checks=checks,
+            honoured=honoured,
+        )
+    leftover: tuple[Any, ...] = ()
+    if honoured:
+        leftover = _leftover(annotation, checks)
     if found is None:
         if converted and spec.kind is FieldKind.NODE:
             found = _converter_leaves(sizes)
@@ -313,7 +377,24 @@ def _field_strategy(
     # Static values must be hashable (with a converter: the converted value). The
     # check comes after the validators' bounds: a filter in front of the drawn
     # numbers would keep Hypothesis from reading ``0 <= p < 1`` as bounds.
-    return narrowed(spec, found, accepts, hashable=spec.kind is FieldKind.STATIC)
+    return narrowed(
+        spec,
+        found,
+        accepts,
+        hashable=spec.kind is FieldKind.STATIC,
+        cls=cls,
+        honoured=frozenset(honoured),
+        leftover=leftover,
+    )
+
+
+def _leftover(annotation: Any, checks: Checks) -> tuple[Any, ...]:
+    """The constraints the draw could not build in (bounds on a covariance, two structures)."""
+    found = checks
+    while typing.get_origin(annotation) is typing.Annotated:
+        found = found.merge(checks_from(getattr(annotation, "__metadata__", ())))
+        annotation = typing.get_args(annotation)[0]
+    return found.leftover
 
 
 def structs(
@@ -404,7 +485,7 @@ def _structs(
             )
         known = {sub: _settable(sub) for sub in subs}
         anywhere = set().union(*known.values())
-        unknown = [name for name in overrides if name not in anywhere]
+        unknown = [name for name in overrides if _head(name) not in anywhere]
         unknown += [f for f in bindings.values() if f not in anywhere and strict]
         if unknown:
             raise TypeError(
@@ -418,48 +499,112 @@ def _structs(
                     sub,
                     sizes,
                     dtypes,
-                    {k: v for k, v in overrides.items() if k in known[sub]},
+                    {k: v for k, v in overrides.items() if _head(k) in known[sub]},
                     strict=False,
                 )
                 for sub in subs
             )
         )
     settable = _settable(cls)
-    unknown = [name for name in overrides if name not in settable]
+    unknown = [name for name in overrides if _head(name) not in settable]
     if unknown:
         raise TypeError(
             f"structs({cls.__qualname__}): {', '.join(map(repr, unknown))} is not a field the "
             f"constructor takes; overridable fields are {sorted(settable)}"
         )
+    plain = {k: v for k, v in overrides.items() if "." not in k}
+    by_path = _overrides_by_path(cls, overrides, plain)
     hints = _hints(cls)
+    binds_inside = bindings_inside(bindings, settable)
     inside = {
-        name: _bound_inside(cls, name, hints.get(name), binds, sizes=sizes, dtypes=dtypes)
-        for name, binds in bindings_inside(bindings, settable).items()
-        if name not in overrides
+        name: _nested_field(
+            cls,
+            name,
+            hints.get(name),
+            binds_inside.get(name, {}),
+            by_path.get(name, {}),
+            sizes=sizes,
+            dtypes=dtypes,
+        )
+        for name in (*binds_inside, *(n for n in by_path if n not in binds_inside))
+        if name not in plain
     }
     extra = _Extra(options, _Nesting(sizes, dtypes), inside)
-    plan = Plan(cls, settable, overrides, bindings, strict=strict, extra=extra)
+    plan = Plan(cls, settable, plain, bindings, strict=strict, extra=extra, nested=tuple(inside))
     for name, spec in settable.items():
-        if name not in overrides:
+        if name not in plain and name not in inside:
             annotation = hints.get(name, spec.type)
             _check_hashable_possible(cls, spec, annotation)
-            _check_drawable(cls, spec, annotation, options)
+            extra.fields[name] = _drawable(cls, spec, annotation)
+    extra.upfront = upfront_sizes(cls, _hints, settable, overrides, bindings)
     return instances(plan)
 
 
-def _bound_inside(
-    cls: type, name: str, annotation: Any, binds: dict[str, str], *, sizes: Any, dtypes: Any
+def _head(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _overrides_by_path(
+    cls: type, overrides: Mapping[str, Any], plain: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The overrides of nested fields (``"initial.cov"``), by the field they go through."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        head, dot, rest = key.partition(".")
+        if not dot:
+            continue
+        if not rest or not head:
+            raise TypeError(
+                f"structs({cls.__qualname__}, **{{{key!r}: ...}}): expected a field name or a "
+                "path of field names joined by dots ('initial.cov')"
+            )
+        if head in plain:
+            raise TypeError(
+                f"structs({cls.__qualname__}): both {head!r} and {key!r} are overridden; the "
+                f"strategy given for {head!r} draws the whole nested struct, so drop one of them"
+            )
+        by_path.setdefault(head, {})[rest] = value
+    return by_path
+
+
+def _nested_field(
+    cls: type,
+    name: str,
+    annotation: Any,
+    binds: dict[str, str],
+    overrides: dict[str, Any],
+    *,
+    sizes: Any,
+    dtypes: Any,
 ) -> st.SearchStrategy[Any]:
-    """The strategy of a nested struct field some of whose int fields bind named sizes."""
+    """A nested struct field with size bindings or overrides inside it (its named sizes shared)."""
     if not (isinstance(annotation, type) and issubclass(annotation, js.Struct)):
-        paths = ", ".join(f"{size!r}: '{name}.{path}'" for size, path in binds.items())
+        if binds:
+            paths = ", ".join(f"{size!r}: '{name}.{path}'" for size, path in binds.items())
+            raise TypeError(
+                f"structs({cls.__qualname__}): sizes={{{paths}}} binds a size to a field "
+                f"inside {name!r}, which is annotated {_type_name(annotation)}, not a struct "
+                "class; bind sizes to int fields of nested struct fields, or of the class itself"
+            )
+        paths = ", ".join(f"'{name}.{path}'" for path in overrides)
         raise TypeError(
-            f"structs({cls.__qualname__}): sizes={{{paths}}} binds a size to a field inside "
-            f"{name!r}, which is annotated {_type_name(annotation)}, not a struct class; bind "
-            "sizes to int fields of nested struct fields, or of the class itself"
+            f"structs({cls.__qualname__}): {paths} overrides a field inside {name!r}, which is "
+            f"annotated {_type_name(annotation)}, not a struct class; override {name!r} as a "
+            "whole, or annotate it with its struct class"
         )
-    rest = {k: v for k, v in sizes.items() if not isinstance(v, str)}
-    return _structs(annotation, {**rest, **binds}, dtypes, {}, strict=True)
+    nested_sizes = sizes
+    if isinstance(sizes, Mapping):
+        # The parent's bindings name its own fields; the nested struct gets those inside it.
+        nested_sizes = {k: v for k, v in sizes.items() if not isinstance(v, str)}
+        nested_sizes.update(binds)
+    try:
+        return _structs(annotation, nested_sizes, dtypes, overrides, strict=True)
+    except TypeError as err:
+        if not overrides:
+            raise
+        raise TypeError(
+            f"structs({cls.__qualname__}): in the overrides of fields inside {name!r}: {err}"
+        ) from None
 
 
 def _settable(cls: type) -> dict[str, FieldSpec]:
@@ -490,10 +635,15 @@ def _check_hashable_possible(cls: type, spec: FieldSpec, annotation: Any) -> Non
         )
 
 
-def _check_drawable(cls: type, spec: FieldSpec, annotation: Any, options: DrawOptions) -> None:
-    """Refuse, now, a field whose annotation no value can be drawn for (not at draw time)."""
+def _drawable(cls: type, spec: FieldSpec, annotation: Any) -> st.SearchStrategy[Any]:
+    """The strategy of a field, built once per ``structs()`` call; refused now if none can draw.
+
+    It reads the named sizes of the instance being drawn when it draws (see
+    ``LIVE``), so one strategy serves every draw.
+    """
     try:
-        _field_strategy(cls, spec, annotation, SizeTable(options)).validate()
+        strategy = _field_strategy(cls, spec, annotation, LIVE)
+        strategy.validate()
     except Exception as err:  # Hypothesis' and NumPy's errors alike: ours names the field
         raise TypeError(
             f"structs({cls.__qualname__}): cannot draw values for field {spec.name!r} annotated "
@@ -501,6 +651,7 @@ def _check_drawable(cls: type, spec: FieldSpec, annotation: Any, options: DrawOp
             f"Hypothesis can draw, register a strategy for it (st.register_type_strategy), "
             f"or pass structs(..., {spec.name}=...)"
         ) from None
+    return strategy
 
 
 def _type_name(annotation: Any) -> str:
@@ -540,7 +691,7 @@ class _Nesting:
 class _Extra:
     """What a draw needs besides the plan: options, nesting, strategies of size-binding fields."""
 
-    __slots__ = ("inside", "nesting", "options")
+    __slots__ = ("fields", "inside", "nesting", "options", "upfront")
 
     def __init__(
         self, options: DrawOptions, nesting: _Nesting, inside: dict[str, st.SearchStrategy[Any]]
@@ -548,6 +699,10 @@ class _Extra:
         self.options = options
         self.nesting = nesting
         self.inside = inside
+        #: The named sizes drawn before any value (see _upfront).
+        self.upfront: tuple[Upfront, ...] = ()
+        #: Each field's strategy (those not overridden), built once.
+        self.fields: dict[str, st.SearchStrategy[Any]] = {}
 
 
 #: The options of the instance being drawn, for nested fields resolved through st.from_type.
@@ -556,9 +711,7 @@ _NESTING: contextvars.ContextVar[_Nesting | None] = contextvars.ContextVar(
 )
 _PLAIN = _Nesting(None, None)
 #: The named sizes of the instance being drawn, which nested structs share.
-_SIZES: contextvars.ContextVar[SizeTable | None] = contextvars.ContextVar(
-    "jaxstruct_testing_sizes", default=None
-)
+_SIZES = CURRENT_SIZES
 
 
 def _bind_paths(value: Any, paths: Mapping[str, str], sizes: dict[str, Any]) -> None:
@@ -582,6 +735,8 @@ def nested_structs(draw: Callable[..., Any], cls: type) -> Any:
 
 
 def _array_dims(annotation: Any) -> tuple[Any, ...] | None:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     request = array_request(annotation)
     return None if request is None else request.dims
 
@@ -590,6 +745,18 @@ def _dependency_value(values: Mapping[str, Any], spec: FieldSpec) -> Any:
     if spec.name in values:
         return values[spec.name]
     return spec.make_default()  # the field keeps its default
+
+
+def _draw_upfront(draw: Callable[..., Any], upfront: tuple[Upfront, ...], sizes: SizeTable) -> None:
+    """Draw the named sizes first: the shrinker lowers each before any value (see _upfront)."""
+    for name, least, variadic in upfront:
+        if name in sizes:
+            continue
+        if variadic:
+            sizes[name] = tuple(draw(st.lists(sizes.options.size(name), max_size=2)))
+        else:
+            sizes.minimums[name] = max(least, sizes.minimums.get(name, 0))
+            sizes.draw_size(name, draw)
 
 
 @st.composite
@@ -603,11 +770,17 @@ def instances(draw: Callable[..., Any], plan: Plan) -> Any:
     # Named sizes are shared with the nested structs drawn from annotations.
     shared = None if top else _SIZES.get()
     sizes = shared if shared is not None else SizeTable(options)
+    if shared is None:
+        _draw_upfront(draw, extra.upfront, sizes)
     values: dict[str, Any] = {}
     token = _NESTING.set(extra.nesting)
     sizes_token = _SIZES.set(sizes)
+    field_token = None
     try:
         for name in plan.order:
+            if field_token is not None:
+                drawing_field.reset(field_token)
+            field_token = drawing_field.set((cls.__qualname__, name))
             spec = plan.settable[name]
             annotation = hints.get(name, spec.type)
             override = plan.overrides.get(name)
@@ -636,11 +809,11 @@ def instances(draw: Callable[..., Any], plan: Plan) -> Any:
                 size = plan.bound[name]
                 # A size an enclosing struct already drew is this field's value.
                 drawn = st.just(sizes[size]) if size in sizes else options.size(size)
-                value = values[name] = draw(narrowed(spec, drawn, int))
+                value = values[name] = draw(narrowed(spec, drawn, int, cls=cls))
             elif spec.has_default and draw(st.booleans()):
                 continue
             else:
-                values[name] = draw(_field_strategy(cls, spec, annotation, sizes))
+                values[name] = draw(extra.fields[name])
                 continue
             # A value given by the user (or bound to a size) binds the sizes it shows.
             if name in plan.bound and isinstance(value, int):
@@ -649,6 +822,8 @@ def instances(draw: Callable[..., Any], plan: Plan) -> Any:
             if isinstance(shape, tuple):
                 bind_sizes(_array_dims(annotation), shape, sizes)
     finally:
+        if field_token is not None:
+            drawing_field.reset(field_token)
         _SIZES.reset(sizes_token)
         _NESTING.reset(token)
     record_attempt(cls)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._struct import install_selector
 from ._locate import locate
 from ._selection import Selection
 from ._tree import NO_VALUE, SelectionError, SelectionHole, T
@@ -51,7 +50,7 @@ def tree_at(
     """Return ``tree`` with the node(s) picked by ``where`` replaced (equinox's ``tree_at``).
 
     ``where(tree)`` returns one node or a tuple of nodes (see
-    :meth:`Selection.at`). Give exactly one of ``replace`` (a value; one per
+    ``Selection.at``). Give exactly one of ``replace`` (a value; one per
     node, in ``where``'s order, when it returns several) or ``replace_fn``
     (applied to each node). Struct fields replaced as a whole are re-converted
     by their converter; nothing else of the user's runs.
@@ -93,6 +92,3 @@ def tree_at(
         )
     by_path = dict(zip(paths, values, strict=True))
     return selection.apply(lambda p, _: by_path[p], with_keypath=True)
-
-
-install_selector(select)

@@ -1,0 +1,299 @@
+"""jaxstruct's own checksums of a format's arrays: a CRC-32 of every piece, made and checked.
+
+A format that does not check every stored byte itself (``Format.checks_arrays`` is
+false: a plugin written from the docs' minimum) gets its arrays checked by jaxstruct:
+at export, the CRC-32 of every *piece* of every array is computed and recorded in the
+manifest's ``checksums`` section (covered by the manifest's seal); at load, every array
+``read_arrays`` returns is checked against them before the value reaches the caller,
+whatever was read (whole, ``select=``, sharded, into a target).
+
+Pieces are a property of the array, not of how it is held: its C-order bytes cut into
+boxes of at most ``piece`` bytes (1 MiB) — runs of rows, or runs inside one row where a
+row is larger — so any holder computes the same CRCs: a NumPy array in any memory
+order, a ``jax.Array`` from its shards on any sharding. A process holding only part of
+a piece (a multi-process run) computes the CRC of the piece with what it does not hold
+as zeros; CRC-32 is affine, so the pieces' CRCs come from those of every process by
+XOR (``crc(a ^ b ^ c) = crc(a) ^ crc(b) ^ crc(c)`` for three inputs of equal length).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from jaxstruct.registry import SerializationError
+
+# zlib-ng's CRC-32 runs several times faster than zlib's and releases the GIL.
+from zlib_ng.zlib_ng import crc32
+
+from . import _host, _multihost, _process
+
+#: The piece size this code writes.
+PIECE = 1 << 20
+#: Pieces of one array CRC'd per task on the worker pool.
+_PIECES_PER_TASK = 16
+
+Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
+
+
+def pieces(shape: tuple[int, ...], itemsize: int, piece: int = PIECE) -> list[Box]:
+    """Cut an array of ``shape`` into its checksummed pieces, in C order.
+
+    A piece is a box of at most ``piece`` bytes (unless one element is larger): the
+    leading dimensions fixed, a range along the next one, the rest whole. The
+    definition is part of the checkpoint layout (docs/io.md): never change it.
+
+    Example:
+        >>> pieces((4, 3), 4, piece=24)
+        [((0, 2), (0, 3)), ((2, 4), (0, 3))]
+    """
+    out: list[Box] = []
+    if not shape:
+        return [()]
+
+    def walk(prefix: Box) -> None:
+        k = len(prefix)
+        rest = shape[k + 1 :]
+        unit = math.prod(rest) * itemsize  # bytes of one step along dimension k
+        n = shape[k]
+        if unit <= piece or not rest:
+            step = n if unit * n <= piece else max(1, piece // max(unit, 1))
+            whole = tuple((0, m) for m in rest)
+            out.extend((*prefix, (a, min(n, a + step)), *whole) for a in range(0, n, step or 1))
+        else:
+            for i in range(n):
+                walk((*prefix, (i, i + 1)))
+
+    walk(())
+    return out
+
+
+def _as_bytes(block: np.ndarray) -> memoryview:
+    """The C-order bytes of ``block`` (a view when it is C-contiguous, else a copy)."""
+    return memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]  # numpy stubs lack __buffer__
+
+
+def _slices(box: Box) -> tuple[slice, ...]:
+    return tuple(slice(a, b) for a, b in box)
+
+
+class _Holder:
+    """The blocks of one array this process holds, as host arrays: ``(box, block)``."""
+
+    def __init__(self, blocks: list[tuple[Box, np.ndarray]], complete: bool) -> None:
+        self.blocks = blocks
+        self.complete = complete  # whether the blocks cover the whole array
+
+    def crc(self, box: Box, itemsize: int) -> int | None:
+        """The CRC-32 of piece ``box`` (what is not held read as zeros), or ``None`` when
+        nothing of it is held."""
+        if len(self.blocks) == 1 and self.complete:
+            return crc32(_as_bytes(self.blocks[0][1][_slices(box)]))
+        parts: list[tuple[Box, np.ndarray]] = []
+        for where, block in self.blocks:
+            common = tuple(
+                (max(a, c), min(b, d)) for (a, b), (c, d) in zip(box, where, strict=True)
+            )
+            if all(a < b for a, b in common):
+                local = tuple((a - c, b - c) for (a, b), (c, _) in zip(common, where, strict=True))
+                parts.append((common, block[_slices(local)]))
+        if not parts:
+            return None
+        if len(parts) == 1 and parts[0][0] == box:
+            return crc32(_as_bytes(parts[0][1]))
+        shape = tuple(b - a for a, b in box)
+        scratch = np.zeros(shape, parts[0][1].dtype)
+        for common, part in parts:
+            scratch[
+                _slices(tuple((a - s, b - s) for (a, b), (s, _) in zip(common, box, strict=True)))
+            ] = part
+        return crc32(_as_bytes(scratch))
+
+
+def _holder(arr: Any) -> _Holder:
+    """What this process holds of ``arr`` (a NumPy array or a ``jax.Array``), on the host.
+
+    An array this process does not hold entirely (a multi-process run) gives the
+    shards whose ``replica_id`` is 0, so that across the processes every element is
+    counted once. Shards in accelerator memory are copied through fresh device
+    arrays, never the user's (JAX caches a host copy on the array it was made from).
+    """
+    if not hasattr(arr, "addressable_shards"):  # NumPy (or a NumPy scalar)
+        arr = np.asarray(arr)
+        return _Holder([(tuple((0, n) for n in arr.shape), arr)], True)
+    complete = bool(arr.is_fully_addressable)
+    seen: dict[Box, Any] = {}
+    for shard in arr.addressable_shards:
+        if not complete and shard.replica_id != 0:
+            continue
+        box = tuple(
+            (s.start or 0, n if s.stop is None else s.stop)
+            for s, n in zip(shard.index, arr.shape, strict=False)
+        )
+        box = box + tuple((0, n) for n in arr.shape[len(box) :])
+        seen.setdefault(box, shard.data)
+    if _host.streams(arr):
+        datas = _host.fresh_copies(
+            f"an array of shape {tuple(arr.shape)} and dtype {arr.dtype}", list(seen.values())
+        )
+    else:
+        datas = [np.asarray(d) for d in seen.values()]
+    return _Holder(list(zip(seen, datas, strict=True)), complete)
+
+
+def _crcs_of(
+    holder: _Holder, dtype: np.dtype, shape: tuple[int, ...], piece: int
+) -> list[int | None]:
+    """The CRC-32 of every piece, several pieces per task on the worker pool."""
+    itemsize = dtype.itemsize
+    boxes = pieces(shape, itemsize, piece)
+    if len(boxes) <= _PIECES_PER_TASK:
+        return [holder.crc(box, itemsize) for box in boxes]
+    batches = [boxes[i : i + _PIECES_PER_TASK] for i in range(0, len(boxes), _PIECES_PER_TASK)]
+    futures = [
+        _process.submit(_process.pool, lambda b=b: [holder.crc(x, itemsize) for x in b])
+        for b in batches
+    ]
+    return [crc for future in futures for crc in future.result()]
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_crc(nbytes: int) -> int:
+    """The CRC-32 of ``nbytes`` zero bytes."""
+    block = bytes(min(nbytes, 1 << 16))
+    crc = 0
+    full, rest = divmod(nbytes, len(block) or 1)
+    for _ in range(full):
+        crc = crc32(block, crc)
+    return crc32(block[:rest], crc)
+
+
+def merge(parts: Sequence[int | None], nbytes: int) -> int:
+    """The CRC-32 of a piece of ``nbytes`` from the CRC-32s of its parts, each the piece
+    with what the others hold as zeros (``None``: a process holding none of it)."""
+    zero = _zeros_crc(nbytes)
+    crc = zero
+    for part in parts:
+        if part is not None:
+            crc ^= part ^ zero
+    return crc
+
+
+def _crcs(
+    name: str,
+    arrays: Mapping[str, Any],
+    specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+    where: str,
+    piece: int,
+) -> dict[str, list[int]]:
+    """The CRC-32 of every piece of every array, one array at a time (a host copy of one
+    array's shards at most); every process's parts merged where several hold an array.
+
+    Whether to exchange is decided by the arrays alone (whether each is held entirely
+    here: the same answer in every process), so every process calls the exchange or none.
+    """
+    partial: dict[str, list[int | None]] = {}
+    shared: list[str] = []
+    for key, arr in arrays.items():
+        holder = _holder(arr)
+        partial[key] = _crcs_of(holder, *specs[key], piece)
+        if not holder.complete:
+            shared.append(key)
+        del holder
+    out = {k: [c for c in crcs if c is not None] for k, crcs in partial.items() if k not in shared}
+    if not shared:
+        return out
+    mine = {k: [("" if c is None else f"{c:08x}") for c in partial[k]] for k in shared}
+    everyone = _multihost.gather(name, mine, path=where)
+    for key in shared:
+        dtype, shape = specs[key]
+        out[key] = [
+            merge(
+                [int(p[key][i], 16) if p[key][i] else None for p in everyone],
+                math.prod(b - a for a, b in box) * dtype.itemsize,
+            )
+            for i, box in enumerate(pieces(shape, dtype.itemsize, piece))
+        ]
+    return out
+
+
+def checksum_arrays(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The manifest's ``checksums`` section for ``arrays`` (computed in every process of a
+    multi-process run, together): the CRC-32 of every piece of every array."""
+    specs = {key: (np.dtype(arr.dtype), tuple(arr.shape)) for key, arr in arrays.items()}
+    crcs = _crcs("checksums", arrays, specs, where, PIECE)
+    return {
+        "by": "jaxstruct",
+        "piece": PIECE,
+        "crc32": {k: "".join(f"{c:08x}" for c in v) for k, v in crcs.items()},
+    }
+
+
+class Expected:
+    """The CRC-32s a manifest records for its arrays, checked against what was read.
+
+    ``names`` gives each array's tree path, for messages (called only on a failure).
+    """
+
+    def __init__(
+        self,
+        section: Mapping[str, Any],
+        table: Mapping[str, Any],
+        where: str,
+        names: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
+        self.where = where
+        self.names = names
+        self.piece = int(section["piece"])
+        stored = section["crc32"]
+        if set(stored) != set(table):
+            raise SerializationError(
+                f"{where}: the manifest's checksums do not cover exactly its arrays; "
+                "restore the checkpoint from a copy"
+            )
+        self.crcs: dict[str, str] = dict(stored)
+        self.table = table
+        for key, spec in table.items():
+            count = len(pieces(tuple(spec.shape), np.dtype(spec.dtype).itemsize, self.piece))
+            text = self.crcs[key]
+            if len(text) != 8 * count or not _is_hex(text):
+                raise SerializationError(
+                    f"{where}: the manifest's checksums of array {key!r} are malformed "
+                    f"(expected {count} CRC-32s); restore the checkpoint from a copy"
+                )
+
+    def check(self, arrays: Mapping[str, Any], who: str) -> None:
+        """Raise naming the file, the array and the first bad piece unless every array of
+        ``arrays`` has the recorded CRC-32s (every process checks its part, together);
+        ``who`` names the format that read them."""
+        specs = {k: (np.dtype(self.table[k].dtype), tuple(self.table[k].shape)) for k in arrays}
+        found = _crcs("checksums-check", arrays, specs, self.where, self.piece)
+        for key, crcs in found.items():
+            text = self.crcs[key]
+            boxes = pieces(specs[key][1], specs[key][0].itemsize, self.piece)
+            for i, crc in enumerate(crcs):
+                stored = int(text[8 * i : 8 * i + 8], 16)
+                if crc != stored:
+                    name = self.names().get(key, key)
+                    raise SerializationError(
+                        f"{self.where}: array {name!r} ({key}) does not match "
+                        f"its checksum at piece {i} of {len(crcs)} (elements "
+                        f"{_box_text(boxes[i])}; stored crc32 {stored:08x}, read {crc:08x}): "
+                        f"the file was damaged after it was written, or {who} read it wrong; "
+                        "restore the checkpoint from a copy"
+                    )
+
+
+def _box_text(box: Box) -> str:
+    return "[" + ", ".join(f"{a}:{b}" for a, b in box) + "]"
+
+
+def _is_hex(text: str) -> bool:
+    return _HEX.fullmatch(text) is not None
+
+
+_HEX = re.compile(r"[0-9a-f]*")
