@@ -351,3 +351,137 @@ def test_consecutive_streams_in_one_thread_never_wait_for_themselves(
     thread.join(10)
     assert done_before
     assert got == second == want
+
+
+_RAW = b"RAWSTRM1"
+
+
+class _Raw(jio.Format):
+    """A plugin format with no checksums of its own (jaxstruct sums its arrays at export):
+    the manifest, then each array's bytes written from ``host_chunks``, within the budget."""
+
+    name = "raw-streamed"
+    suffixes = (".raw",)
+
+    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
+        with open(target, "wb") as out:
+            out.write(_RAW + len(manifest).to_bytes(8, "little") + manifest)
+            for key in sorted(arrays):
+                for piece in jio.host_chunks(arrays[key]):
+                    out.write(piece)
+
+    def sniff(self, path: Any) -> bool:
+        with open(path, "rb") as f:
+            return f.read(len(_RAW)) == _RAW
+
+    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
+        return _RawOpened(Path(path))
+
+
+class _RawOpened(jio.OpenedCheckpoint):
+    def __init__(self, path: Path) -> None:
+        self.data = path.read_bytes()
+        size = int.from_bytes(self.data[8:16], "little")
+        self.manifest = self.data[16 : 16 + size]
+        self.start = 16 + size
+
+    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
+        offset, out = self.start, {}
+        for key in sorted(table):
+            spec = table[key]
+            if key in wanted:
+                host = jio.empty_array(spec)
+                raw = np.frombuffer(self.data, np.uint8, spec.nbytes, offset)
+                host.reshape(-1).view(np.uint8)[:] = raw
+                out[key] = jio.place(host, wanted[key])
+            offset += spec.nbytes
+        return out
+
+
+def test_the_checksum_pass_of_an_export_holds_at_most_the_budget(
+    tmp_path: Path, watched: tuple[list[int], _Copies], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jaxstruct's CRC pass over a plugin's device arrays (12 MiB, each array larger than the
+    4 MiB budget) copies them to the host in pieces counted in the budget: the copies alive
+    and the bytes held stay within it, every byte is summed, and the checkpoint loads."""
+    from jaxstruct.io import _export
+
+    held, copies = watched
+    mesh = jax.make_mesh((8,), ("a",))
+    rng = np.random.default_rng(46)
+    state = {
+        "cols": jax.device_put(  # 6 MiB split across columns: joined on the host
+            rng.standard_normal((1536, 1024), np.float32), NamedSharding(mesh, P(None, "a"))
+        ),
+        "rows": jax.device_put(  # 6 MiB of rows
+            rng.integers(0, 255, (6144, 1024), np.uint8), NamedSharding(mesh, P("a"))
+        ),
+    }
+    during: dict[str, int] = {}
+    checksum_arrays = _export.checksum_arrays
+
+    def pass_alone(arrays: Any, where: str) -> Any:
+        held.clear()
+        before, copies.peak = copies.calls, copies.alive
+        section = checksum_arrays(arrays, where)
+        during.update(calls=copies.calls - before, peak=copies.peak, held=max(held, default=0))
+        return section
+
+    monkeypatch.setattr(_export, "checksum_arrays", pass_alone)
+    with jio.using(_Raw()):
+        path = jio.export(state, tmp_path / "ck.raw")
+        assert jio.inspect(path).checksums.startswith("CRC-32 of every 1 MiB piece")
+        assert_same(state, jio.load(path, target=state))
+    assert during["calls"] > 2 * 8  # pieces of each array, not one copy per shard
+    assert 0 < during["held"] <= BUDGET, during
+    assert during["peak"] <= BUDGET, during
+    assert held[-1] == 0
+
+
+def test_the_checksum_pass_views_arrays_on_cpu_devices_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arrays already in host memory (CPU devices) are summed where they lie: no copy, no
+    part of the budget taken."""
+    from jaxstruct.io import _checksums
+
+    copies = _Copies()
+    monkeypatch.setattr(_host, "copy_start", copies)
+    held: list[int] = []
+    monkeypatch.setattr(_budget, "WATCH", held.append)
+    arr = jax.device_put(
+        np.arange(3 << 20, dtype=np.float32).reshape(3072, 1024),
+        NamedSharding(jax.make_mesh((8,), ("a",)), P(None, "a")),
+    )
+    section = _checksums.checksum_arrays({"a": arr}, "x")
+    monkeypatch.setattr(_host, "FORCE_STREAMING", True)
+    assert _checksums.checksum_arrays({"a": arr}, "x") == section  # streamed: the same CRCs
+    assert copies.calls > 0 and held
+    monkeypatch.setattr(_host, "FORCE_STREAMING", False)
+    copies.calls, held[:] = 0, []
+    assert _checksums.checksum_arrays({"a": arr}, "x") == section
+    assert copies.calls == 0 and held == []
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "y"), P("x", "y")], ids=str)
+def test_a_part_of_a_device_array_streamed_gives_the_crcs_of_the_part_in_place(
+    spec: P, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What one process of a multi-process run holds of an array in accelerator memory
+    (some of its shards), streamed shard by shard, gives each piece's CRC-32 with the rest
+    as zeros, as the same shards in host memory do."""
+    from jaxstruct.io import _checksums
+
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, "1M")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("x", "y"))
+    arr = np.random.default_rng(47).standard_normal((1024, 1536)).astype(np.float32)
+    placed = jax.device_put(arr, NamedSharding(mesh, spec))
+    dtype, shape = np.dtype(np.float32), arr.shape
+    blocks = _checksums._held_blocks(placed)
+    part = dict(list(blocks.items())[: max(1, len(blocks) // 2)])
+    host = [(box, np.asarray(data)) for box, data in part.items()]
+    expected = _checksums._crcs_of(_checksums._Holder(host, False), dtype, shape, 1 << 20)
+    streamed = _checksums._streamed_part_crcs("a", part, shape, dtype, 1 << 20)
+    assert streamed == expected
+    whole = _checksums.checksum_arrays({"a": arr}, "x")["crc32"]["a"]
+    assert "".join(f"{c or 0:08x}" for c in streamed) != whole  # a part, not the whole
