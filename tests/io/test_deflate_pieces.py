@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import struct
 import threading
 import time
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +300,59 @@ def test_select_reads_only_the_chosen_pieced_member(tmp_path: Path) -> None:
     np.testing.assert_array_equal(jio.load(path, select=lambda v: v["b"]), data["b"])
     with pytest.raises(SerializationError, match=r"'a0\.npy'"):
         jio.load(path, select=lambda v: v["a"])
+
+
+@pytest.mark.parametrize("level", [1, 6])
+@pytest.mark.parametrize("strategy", ["rle", "default"])
+def test_a_pieces_deflated_bytes_do_not_depend_on_where_its_input_is_cut(
+    strategy: str, level: int
+) -> None:
+    """A piece deflates to the same bytes fed whole (from memory) or in the pieces a device
+    copy or a streaming writer hands over: zlib-ng's default strategy otherwise gives
+    other bytes for other cuts, and streamed exports would differ from in-place ones."""
+    from zlib_ng import zlib_ng
+
+    code = zlib_ng.Z_RLE if strategy == "rle" else zlib_ng.Z_DEFAULT_STRATEGY
+    data = _data(3).tobytes()[: 1 << 20]
+    whole = _pieces.deflate_piece([data], code, level, True)
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        cuts = sorted(set(rng.integers(1, len(data), 40).tolist()))
+        segments = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        written: list[bytes] = []
+        streamed = _pieces.Deflater(code, level, written.append)
+        for segment in segments:
+            streamed.feed(segment)
+        streamed.finish(True)
+        assert _pieces.deflate_piece(segments, code, level, True) == whole
+        assert (streamed.crc, b"".join(written)) == (whole[0], b"".join(whole[1]))
+
+
+def test_auto_stores_a_member_whose_deflating_saved_nothing(tmp_path: Path) -> None:
+    """A member whose sample deflates well but the rest not at all: "auto" deflated it as it
+    wrote it, then goes back and stores it (bytes already flushed to the file included), and
+    the members after it land right."""
+    rng = np.random.default_rng(46)
+    noise = bytearray(rng.integers(0, 256, 3 << 20, np.uint8).tobytes())
+    # Where the sample looks: runs and a repeated pattern, which the default strategy
+    # deflates best; it makes random bytes 5% larger.
+    sample = bytes(6144) + bytes(range(256)) * 8
+    for at in (0, (len(noise) - 8192) // 2, len(noise) - 8192):
+        noise[at : at + 8192] = sample
+    after = bytes(200_000)
+    members = [
+        _zip.Member.of("noise.bin", [b"head", bytes(noise)]),
+        _zip.Member.of("zeros.bin", [after]),
+    ]
+    target = tmp_path / "a.zip"
+    with open(target, "wb", buffering=0) as handle:
+        handle.write(b"prefix")  # the archive starts inside the file (as arrays.npz does)
+        size, crc = _zip.write_zip(handle, members, compression="auto")
+    blob = target.read_bytes()[6:]
+    assert (len(blob), zlib.crc32(blob)) == (size, crc)
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        assert zf.testzip() is None
+        assert zf.getinfo("noise.bin").compress_type == zipfile.ZIP_STORED
+        assert zf.getinfo("zeros.bin").compress_type == zipfile.ZIP_DEFLATED
+        assert zf.read("noise.bin") == b"head" + bytes(noise)
+        assert zf.read("zeros.bin") == after

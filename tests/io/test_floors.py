@@ -8,7 +8,7 @@ from pathlib import Path
 import jaxstruct.io as jio
 
 FLOORS = [
-    {"_process", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
+    {"_process", "_budget", "_pieces", "_zip", "_jax_private", "_multihost", "_host"},
     {"_schema", "_checksums", "_nodes", "_values", "_formats", "hookspecs"},
     {"_npz", "_builtin", "_tables", "_plugin_checks", "_plugins", "_contract", "_publish"},
     {"_encode", "_targets", "_decode", "_plain", "_async"},

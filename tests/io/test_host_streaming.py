@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from jaxstruct.io import _async, _host, _zip
+from jaxstruct.io import _async, _budget, _host, _zip
 from jaxstruct.registry import SerializationError
 
 from .conftest import assert_same
@@ -94,7 +94,7 @@ def test_streamed_export_writes_the_same_bytes_as_the_in_place_one(
     state = {**_dtypes(), **_sharded()}
     jio.export(state, tmp_path / "plain" / name, compression=compression)
     monkeypatch.setattr(_host, "FORCE_STREAMING", True)
-    monkeypatch.setenv(_host.BUDGET_ENV, "16K")
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, "16K")
     jio.export(state, tmp_path / "streamed" / name, compression=compression)
     assert _files(tmp_path / "streamed" / name) == _files(tmp_path / "plain" / name)
     loaded = jio.load(tmp_path / "streamed" / name, target=state)
@@ -147,11 +147,11 @@ def test_host_memory_in_flight_never_exceeds_the_budget(
     host too): the host bytes held never pass the budget, counted by the stream and by
     watching the copies themselves."""
     budget = 256 << 10
-    monkeypatch.setenv(_host.BUDGET_ENV, str(budget))
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, str(budget))
     copies = _Copies()
     monkeypatch.setattr(_host, "copy_start", copies)
     held: list[int] = []
-    monkeypatch.setattr(_host, "WATCH", held.append)
+    monkeypatch.setattr(_budget, "WATCH", held.append)
     mesh = _mesh()
     data = jax.random.normal(KEY, (512, 1024), jnp.float32)  # 2 MiB each
     state = {
@@ -221,7 +221,7 @@ def test_a_device_copy_failing_midway_leaves_the_previous_checkpoint(
     old = {"w": np.arange(10.0), "v": np.ones(3)}
     jio.export(old, path)
     before = _files(path)
-    monkeypatch.setenv(_host.BUDGET_ENV, "64K")
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, "64K")
     calls = {"n": 0}
 
     def failing(data: Any, local: Any) -> Any:
@@ -256,8 +256,8 @@ def test_budget_is_read_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, text: str, size: int
 ) -> None:
     """JAXSTRUCT_HOST_BUDGET takes bytes with an optional K, M or G suffix; unset: 256 MiB."""
-    monkeypatch.setenv(_host.BUDGET_ENV, text)
-    assert _host.host_budget() == size
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, text)
+    assert jio.host_budget() == size
 
 
 @pytest.mark.parametrize("text", ["lots", "-5", "12T", "100"])
@@ -266,7 +266,7 @@ def test_a_bad_budget_is_refused_naming_the_variable(
 ) -> None:
     """A budget that is not a size (or below 4 KiB) fails the export before anything is
     written, with our error naming the variable and the fix."""
-    monkeypatch.setenv(_host.BUDGET_ENV, text)
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, text)
     with pytest.raises(SerializationError, match=r"JAXSTRUCT_HOST_BUDGET=.*unset it"):
         jio.export({"w": jnp.ones((4, 4))}, tmp_path / "ck")
     assert list(tmp_path.iterdir()) == []

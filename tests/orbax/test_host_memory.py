@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from jaxstruct.io import _budget, _host
 from jaxstruct.orbax import _format, _read
+from orbax.checkpoint._src.serialization import replica_slices
 
 
 def _model() -> dict[str, Any]:
@@ -33,25 +37,28 @@ def test_cpu_arrays_keep_orbax_defaults() -> None:
     assert _format._host_budget({"w": np.ones(3)}) is None
 
 
-def test_a_blocking_save_copies_arrays_to_the_host_within_a_budget(
+def test_a_blocking_save_copies_arrays_to_the_host_in_batches_within_the_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A save of arrays on devices hands orbax a device-to-host budget (arrays larger than
-    it are copied alone), and the checkpoint restores exactly."""
+    """A blocking save of arrays on devices has orbax copy them to the host in batches
+    within JAXSTRUCT_HOST_BUDGET (an array larger than it alone), each written before the
+    next is copied, not all at once; the checkpoint restores exactly."""
     monkeypatch.setattr(_format, "_BUDGET_ON_CPU", True)
-    monkeypatch.setattr(_format, "HOST_BUDGET", 64 << 10)  # smaller than most arrays
-    seen: list[dict[str, Any]] = []
-    real = ocp.PyTreeCheckpointHandler.__init__
+    budget = 256 << 10
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, str(budget))
+    batches: list[list[int]] = []
+    real = replica_slices.transfer_arrays_to_host
 
-    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
-        seen.append(kwargs)
-        real(self, *args, **kwargs)
+    def spy(arrays: Any, *args: Any, **kwargs: Any) -> Any:
+        batches.append([a.nbytes for a in arrays])
+        return real(arrays, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "__init__", spy)
-    model = _model()
+    monkeypatch.setattr(replica_slices, "transfer_arrays_to_host", spy)
+    model = _model()  # arrays of 64, 128, 192 and 256 KiB
     path = jio.export(model, tmp_path / "ck", format="orbax")
-    (kwargs,) = [k for k in seen if "save_device_host_concurrent_gb" in k]
-    assert kwargs["save_device_host_concurrent_gb"] * 1e9 == 64 << 10
+    assert sorted(n for batch in batches for n in batch) == sorted(a.nbytes for a in model.values())
+    assert len(batches) > 1
+    assert all(sum(batch) <= budget or len(batch) == 1 for batch in batches), batches
     back = jio.load(
         path,
         target=jax.tree.map(
@@ -60,6 +67,66 @@ def test_a_blocking_save_copies_arrays_to_the_host_within_a_budget(
     )
     for key, arr in model.items():
         np.testing.assert_array_equal(np.asarray(back[key]), np.asarray(arr))
+
+
+def test_a_blocking_save_reserves_its_batches_from_the_process_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While orbax saves, its batches' bytes are held in the process's host budget: an
+    export in another thread at the same time keeps the two within it together, and the
+    copies the checksums are computed from (on accelerators) stay within it too."""
+    monkeypatch.setattr(_format, "_BUDGET_ON_CPU", True)
+    monkeypatch.setattr(_host, "FORCE_STREAMING", True)
+    budget = 512 << 10
+    monkeypatch.setenv(jio.HOST_BUDGET_ENV, str(budget))
+    held: list[int] = []
+    monkeypatch.setattr(_budget, "WATCH", held.append)
+    alive = [0, 0]  # bytes of device copies alive, and their peak
+    lock = threading.Lock()
+
+    def copy(data: Any, local: Any) -> Any:
+        out = _host._fresh(data, local)
+        nbytes = out.size * out.dtype.itemsize
+        with lock:
+            alive[0] += nbytes
+            alive[1] = max(alive)
+        weakref.finalize(out, gone, nbytes)
+        return out
+
+    def gone(nbytes: int) -> None:
+        with lock:
+            alive[0] -= nbytes
+
+    monkeypatch.setattr(_host, "copy_start", copy)
+    seen: list[int] = []
+    real = ocp.PyTreeCheckpointHandler.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "save_device_host_concurrent_gb" in kwargs:
+            seen.append(round(kwargs["save_device_host_concurrent_gb"] * 1e9))
+            seen.append(max(held, default=0))  # the reservation is not taken yet
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "__init__", spy)
+    model = _model()
+    errors: list[BaseException] = []
+
+    def zip_export() -> None:
+        try:
+            jio.export(model, tmp_path / "other.zip", compression="deflate")
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    thread = threading.Thread(target=zip_export)
+    thread.start()
+    jio.export(model, tmp_path / "ck", format="orbax")
+    thread.join()
+    assert errors == []
+    assert seen and seen[0] == budget  # the model's 640 KiB are more than the budget
+    assert max(held) <= budget, max(held)
+    assert held[-1] == 0
+    assert budget in held  # the save held all of it at some point
+    assert 0 < alive[1] <= budget, alive
 
 
 def test_a_restore_hands_each_shard_to_its_devices_once_it_is_filled(

@@ -14,6 +14,12 @@ order, a ``jax.Array`` from its shards on any sharding. A process holding only p
 a piece (a multi-process run) computes the CRC of the piece with what it does not hold
 as zeros; CRC-32 is affine, so the pieces' CRCs come from those of every process by
 XOR (``crc(a ^ b ^ c) = crc(a) ^ crc(b) ^ crc(c)`` for three inputs of equal length).
+
+Arrays in host memory (NumPy, CPU devices) are read in place. An array in accelerator
+memory is never copied to the host whole: its bytes are streamed in C order, a few
+regions at a time within the process's host budget (``JAXSTRUCT_HOST_BUDGET``, as an
+export's writer streams them), and each piece, a contiguous run of that stream, is
+summed as it passes.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,17 +120,10 @@ class _Holder:
         return crc32(_as_bytes(scratch))
 
 
-def _holder(arr: Any) -> _Holder:
-    """What this process holds of ``arr`` (a NumPy array or a ``jax.Array``), on the host.
-
-    An array this process does not hold entirely (a multi-process run) gives the
-    shards whose ``replica_id`` is 0, so that across the processes every element is
-    counted once. Shards in accelerator memory are copied through fresh device
-    arrays, never the user's (JAX caches a host copy on the array it was made from).
-    """
-    if not hasattr(arr, "addressable_shards"):  # NumPy (or a NumPy scalar)
-        arr = np.asarray(arr)
-        return _Holder([(tuple((0, n) for n in arr.shape), arr)], True)
+def _held_blocks(arr: Any) -> dict[Box, Any]:
+    """The blocks of the ``jax.Array`` ``arr`` this process holds, by box: every distinct
+    shard where it holds all of ``arr``, else those whose ``replica_id`` is 0 (so that
+    across the processes every element is counted once)."""
     complete = bool(arr.is_fully_addressable)
     seen: dict[Box, Any] = {}
     for shard in arr.addressable_shards:
@@ -136,13 +135,118 @@ def _holder(arr: Any) -> _Holder:
         )
         box = box + tuple((0, n) for n in arr.shape[len(box) :])
         seen.setdefault(box, shard.data)
-    if _host.streams(arr):
-        datas = _host.fresh_copies(
-            f"an array of shape {tuple(arr.shape)} and dtype {arr.dtype}", list(seen.values())
-        )
-    else:
-        datas = [np.asarray(d) for d in seen.values()]
-    return _Holder(list(zip(seen, datas, strict=True)), complete)
+    return seen
+
+
+def _holder(arr: Any) -> _Holder:
+    """What this process holds of ``arr`` (a NumPy array or a ``jax.Array`` in host
+    memory), viewed in place."""
+    if not hasattr(arr, "addressable_shards"):  # NumPy (or a NumPy scalar)
+        arr = np.asarray(arr)
+        return _Holder([(tuple((0, n) for n in arr.shape), arr)], True)
+    seen = _held_blocks(arr)
+    datas = [np.asarray(d) for d in seen.values()]
+    return _Holder(list(zip(seen, datas, strict=True)), bool(arr.is_fully_addressable))
+
+
+def _size(box: Box, itemsize: int) -> int:
+    return math.prod(b - a for a, b in box) * itemsize
+
+
+def _runs(stream: Iterator[memoryview], sizes: Sequence[int]) -> Iterator[Iterator[memoryview]]:
+    """Cut ``stream`` (consecutive bytes) into consecutive runs of ``sizes`` bytes: for
+    each, an iterator of its parts, to be consumed before the next run is asked for (a
+    part is a view of the stream's current chunk, which is let go of as the run moves
+    on, so that no more than the stream's own regions is held)."""
+    chunks = iter(stream)
+    view = _EMPTY
+
+    def run(left: int) -> Iterator[memoryview]:
+        nonlocal view
+        while left:
+            if not view.nbytes:
+                view = next(chunks)
+                continue
+            take = min(left, view.nbytes)
+            yield view[:take]
+            view, left = view[take:], left - take
+            if not view.nbytes:
+                view = _EMPTY  # an empty slice would keep the chunk it was cut from
+
+    for size in sizes:
+        yield run(size)
+
+
+_EMPTY = memoryview(b"")
+
+
+def _streamed_crcs(
+    name: str, blocks: list[_host.Block], shape: tuple[int, ...], dtype: np.dtype, piece: int
+) -> list[int | None]:
+    """The CRC-32 of every piece of an array this process holds entirely (``blocks`` tile
+    it) in accelerator memory: its bytes streamed in C order within the host budget, each
+    piece a contiguous run of them, summed as it passes."""
+    sizes = [_size(box, dtype.itemsize) for box in pieces(shape, dtype.itemsize, piece)]
+    if not sum(sizes):
+        return [0] * len(sizes)  # the CRC-32 of no bytes
+    stream = _host.pieces(name, blocks, shape, dtype)
+    out: list[int | None] = []
+    try:
+        for parts in _runs(stream, sizes):
+            crc = 0
+            for part in parts:
+                crc = crc32(part, crc)
+            out.append(crc)
+    finally:
+        stream.close()
+    return out
+
+
+def _streamed_part_crcs(
+    name: str, blocks: Mapping[Box, Any], shape: tuple[int, ...], dtype: np.dtype, piece: int
+) -> list[int | None]:
+    """:meth:`_Holder.crc` of every piece for the ``blocks`` of an array in accelerator
+    memory that this process holds a part of (a multi-process run): each block's bytes
+    streamed in C order within the host budget, one block at a time.
+
+    A piece cuts a block in a box that is one contiguous run of the block's C-order
+    bytes (a piece spans whole trailing dimensions, and is fixed in the leading ones),
+    and the pieces' runs follow one another there in the pieces' order. Each run is
+    placed in a zeroed piece (at most two pieces of host memory besides the stream) and
+    its CRC-32 taken; the parts of a piece from several blocks merge as the processes'
+    parts do.
+    """
+    itemsize = dtype.itemsize
+    boxes = pieces(shape, itemsize, piece)
+    found: list[list[int]] = [[] for _ in boxes]
+    for where, data in blocks.items():
+        cuts: list[tuple[int, Box]] = []  # (piece, its box inside the piece)
+        for i, box in enumerate(boxes):
+            common = tuple(
+                (max(a, c), min(b, d)) for (a, b), (c, d) in zip(box, where, strict=True)
+            )
+            if all(a < b for a, b in common):
+                inside = tuple((a - s, b - s) for (a, b), (s, _) in zip(common, box, strict=True))
+                cuts.append((i, inside))
+        if not cuts:
+            continue
+        local = tuple((0, b - a) for a, b in where)
+        stream = _host.pieces(name, [(local, data)], tuple(b - a for a, b in where), dtype)
+        try:
+            runs = _runs(stream, [_size(inside, itemsize) for _, inside in cuts])
+            for (i, inside), parts in zip(cuts, runs, strict=True):
+                whole = boxes[i]
+                scratch = np.zeros((*(b - a for a, b in whole), itemsize), np.uint8)
+                run = np.concatenate([np.frombuffer(p, np.uint8) for p in parts])
+                scratch[_slices(inside)] = run.reshape(*(b - a for a, b in inside), itemsize)
+                found[i].append(crc32(_as_bytes(scratch)))
+                del scratch, run
+        finally:
+            stream.close()
+    return [
+        None if not parts else merge(parts, _size(box, itemsize)) if len(parts) > 1 else parts[0]
+        for parts, box in zip(found, boxes, strict=True)
+    ]
 
 
 def _crcs_of(
@@ -159,6 +263,17 @@ def _crcs_of(
         for b in batches
     ]
     return [crc for future in futures for crc in future.result()]
+
+
+def _device_crcs(
+    key: str, arr: Any, dtype: np.dtype, shape: tuple[int, ...], piece: int
+) -> list[int | None]:
+    """The CRC-32s of the pieces of a ``jax.Array`` in accelerator memory (of what this
+    process holds of it), its bytes brought to the host within the host budget."""
+    name = f"{key} (shape {shape}, dtype {dtype})"
+    if arr.is_fully_addressable:
+        return _streamed_crcs(name, _host.blocks_of(name, arr), shape, dtype, piece)
+    return _streamed_part_crcs(name, _held_blocks(arr), shape, dtype, piece)
 
 
 @functools.lru_cache(maxsize=64)
@@ -199,6 +314,11 @@ def _crcs(
     partial: dict[str, list[int | None]] = {}
     shared: list[str] = []
     for key, arr in arrays.items():
+        if hasattr(arr, "addressable_shards") and _host.streams(arr):  # in accelerator memory
+            partial[key] = _device_crcs(key, arr, *specs[key], piece)
+            if not arr.is_fully_addressable:
+                shared.append(key)
+            continue
         holder = _holder(arr)
         partial[key] = _crcs_of(holder, *specs[key], piece)
         if not holder.complete:

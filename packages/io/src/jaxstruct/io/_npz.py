@@ -16,8 +16,7 @@ import numpy.lib.format as npy_format
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
-from . import _host as _streaming
-from . import _process, _zip
+from . import _host, _process, _zip
 from ._formats import ArrayTable, OpenedCheckpoint, aligned_empty
 
 MAGIC = b"\x93NUMPY"
@@ -436,87 +435,55 @@ def _is_jax_array(value: Any) -> bool:
     return cls.__module__.startswith(("jax", "jaxlib")) and hasattr(cls, "addressable_shards")
 
 
-def _host(data: Any, stored: np.dtype) -> np.ndarray:
+def _shard_bytes(data: Any, stored: np.dtype) -> memoryview:
+    """The bytes of a single-device array on a CPU device, viewed in place."""
     # The shard's own Array object is temporary: the host view cached on it
     # by numpy conversion goes away with it, never staying on the user's array.
     host = np.asarray(data)
-    return host.view(stored) if host.dtype != stored else host
+    host = host.view(stored) if host.dtype != stored else host
+    return memoryview(np.ascontiguousarray(host).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
 
 
 def _jax_member(name: str, arr: Any) -> _zip.Member:
-    """A ``.npy`` member streamed from the shards of a ``jax.Array`` (replica 0 of each)."""
+    """A ``.npy`` member written from the shards of a ``jax.Array`` (replica 0 of each)."""
     shape = tuple(arr.shape)
     stored = storage_dtype(np.dtype(arr.dtype))
-    if not arr.is_fully_addressable and not arr.is_fully_replicated:
-        raise SerializationError(
-            f"array {name!r} is sharded across processes and this process does not hold all "
-            'of it; the built-in formats write from one process: export with format="orbax"'
-        )
+    blocks = _host.blocks_of(name, arr)
     header = build_header(stored, shape, False)
     nbytes = math.prod(shape) * stored.itemsize
-    shards = [s for s in arr.addressable_shards if s.replica_id == 0]
-    if arr.is_fully_replicated or len(shards) == 1:
-        shards = shards[:1]
-    blocks = sorted(((norm_index(s.index, shape), s) for s in shards), key=lambda b: b[0])
-    covered = sum(math.prod(b - a for a, b in idx) for idx, _ in blocks)
-    if covered != math.prod(shape):
-        raise SerializationError(
-            f"array {name!r}: its addressable shards do not cover it exactly once; "
-            'export with format="orbax"'
-        )
-    if _streaming.streams(arr) and nbytes:  # in accelerator memory: copied in bounded pieces
-        return _streamed_member(name, header, [(i, s.data) for i, s in blocks], shape, stored)
+    device = _host.streams(arr)
+    if nbytes and (device or not _host.row_runs(blocks, shape)):
+        # In accelerator memory, or split across columns on CPU devices: copied to the
+        # host in bounded pieces, within the host budget.
+        return _copied_member(name, header, blocks, shape, stored, device=device)
 
     def chunks() -> Iterator[_zip.Chunk]:
         yield header
-        if nbytes == 0:
-            return
-        if len(shape) == 0 or len(blocks) == 1:
-            host = _host(blocks[0][1].data, stored)
-            yield memoryview(np.ascontiguousarray(host).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
-            return
-        row = math.prod(shape[1:]) * stored.itemsize
-        rows_per = max(1, _SLAB // max(row, 1))
-        by_rows: dict[tuple[int, int], list[tuple[tuple[tuple[int, int], ...], Any]]] = {}
-        for idx, shard in blocks:
-            by_rows.setdefault(idx[0], []).append((idx, shard))
-        for (r0, r1), group in sorted(by_rows.items()):
-            hosts = [(idx, _host(shard.data, stored)) for idx, shard in group]
-            full = len(group) == 1 and all(
-                a == 0 and b == n for (a, b), n in zip(group[0][0][1:], shape[1:], strict=True)
-            )
-            if full:
-                yield memoryview(np.ascontiguousarray(hosts[0][1]).reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
-                continue
-            for s0 in range(r0, r1, rows_per):
-                s1 = min(r1, s0 + rows_per)
-                slab = np.empty((s1 - s0, *shape[1:]), stored)
-                for idx, host in hosts:
-                    where = (slice(None), *(slice(a, b) for a, b in idx[1:]))
-                    slab[where] = host[s0 - r0 : s1 - r0]
-                yield memoryview(slab.reshape(-1).view(np.uint8))  # pyright: ignore[reportArgumentType]
+        for _, data in blocks if nbytes else ():
+            yield _shard_bytes(data, stored)
 
-    # Every buffer chunks() yields is a fresh array (a shard's host copy or a new slab).
+    # In place: each shard's own host buffer, in order (runs of whole rows).
     return _zip.Member(name, len(header) + nbytes, chunks, stable=True)
 
 
-def _streamed_member(
+def _copied_member(
     name: str,
     header: bytes,
-    blocks: list[_streaming.Block],
+    blocks: list[_host.Block],
     shape: tuple[int, ...],
     stored: np.dtype,
+    *,
+    device: bool,
 ) -> _zip.Member:
-    """A ``.npy`` member whose bytes are copied from the devices piece by piece as written."""
-    budget = _streaming.host_budget()
+    """A ``.npy`` member whose bytes are copied to the host piece by piece as it is written."""
 
     def chunks() -> Iterator[_zip.Chunk]:
         yield header
-        yield from _streaming.pieces(name, blocks, shape, stored, budget=budget)
+        yield from _host.pieces(name, blocks, shape, stored, device=device)
 
     size = len(header) + math.prod(shape) * stored.itemsize
     # The bytes the in-place path's sample would see: the header, then the array's first.
-    sample = lambda: header + _streaming.sample(name, blocks, shape, stored)
+    sample = lambda: header + _host.sample(name, blocks, shape, stored, device=device)
     # Each region comes in a fresh host array: a deflated member's pieces are views of them.
     return _zip.Member(name, size, chunks, stable=True, once=True, sample=sample)
 
@@ -537,7 +504,7 @@ def _small_jax_member(name: str, arr: Any) -> _zip.Member | None:
 def _member(key: str, arr: Any) -> _zip.Member:
     name = f"{key}.npy"
     if _is_jax_array(arr):
-        small = None if _streaming.FORCE_STREAMING else _small_jax_member(name, arr)
+        small = None if _host.FORCE_STREAMING else _small_jax_member(name, arr)
         return small or _jax_member(name, arr)
     arr = np.asarray(arr)
     stored_dtype = storage_dtype(arr.dtype)

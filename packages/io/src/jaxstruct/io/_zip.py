@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import io
 import itertools
@@ -16,7 +18,8 @@ from jaxstruct.registry import SerializationError
 from zlib_ng import zlib_ng
 from zlib_ng.zlib_ng import crc32, crc32_combine
 
-from . import _pieces
+from . import _budget, _pieces
+from ._budget import Ticket
 from ._process import WORKERS, CrcParts, crc_pool, pool, submit
 
 MANIFEST, ARRAYS = "manifest.json", "arrays.npz"  # the built-in formats' two files
@@ -146,157 +149,124 @@ def _crc_of(chunks: Iterable[Chunk]) -> int:
     return crc
 
 
-def _split(member: Member, piece: int) -> Iterator[tuple[list[Chunk], int]]:
-    """The member's content cut into pieces of ``piece`` bytes: (segments, length) each.
+class _Source:
+    """A member's content, piece by piece in order (one pass over ``chunks()``).
 
-    A first chunk shorter than a piece (a ``.npy`` header) is a piece of its own,
-    so that the array's bytes start a piece: a load inflates every piece of the
-    array straight into its buffer. Segments are views of the member's own buffers
-    when they stay valid (in-memory parts, stable chunks), else copies made before
-    the next chunk is asked for.
+    Pieces hold ``piece`` bytes, but a first chunk shorter than a piece (a ``.npy``
+    header) is a piece of its own, so that the array's bytes start a piece: a load
+    inflates every piece of the array straight into its buffer.
     """
-    if member.size == 0:
-        yield [], 0
-        return
-    source: Iterator[Chunk] = iter(member.parts if member.parts is not None else member.chunks())
-    head = next(source, b"")
-    if 0 < len(head) < piece < member.size:
-        yield [head if member.stable else bytes(head)], len(head)
-    else:
-        source = itertools.chain([head], source)
-    if member.stable:
-        segments: list[Chunk] = []
-        have = 0
-        for chunk in source:
-            view = memoryview(chunk).cast("B")
-            while view.nbytes:
-                take = min(view.nbytes, piece - have)
-                segments.append(view[:take])
-                view = view[take:]
-                have += take
-                if have == piece:
-                    yield segments, have
-                    segments, have = [], 0
-        if have:
-            yield segments, have
-        return
-    buffer = memoryview(bytearray(piece))
-    have = 0
-    for chunk in source:
-        view = memoryview(chunk).cast("B")
-        while view.nbytes:
-            take = min(view.nbytes, piece - have)
-            buffer[have : have + take] = view[:take]
-            view = view[take:]
-            have += take
-            if have == piece:
-                yield [buffer], have
-                buffer, have = memoryview(bytearray(piece)), 0
-    if have:
-        yield [buffer[:have]], have
 
-
-Run = Callable[..., "concurrent.futures.Future[Any]"]
-
-
-def _now(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-    """Run ``fn(*args)`` on this thread, as a finished future."""
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    done.set_result(fn(*args))
-    return done
-
-
-def _pooled(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-    return submit(pool, fn, *args)
-
-
-class _Job:
-    """A member being prepared: its futures, and how to make its :class:`_Prepared`."""
-
-    def __init__(
-        self,
-        futures: list[concurrent.futures.Future[Any]],
-        finish: Callable[[list[Any]], _Prepared],
-    ) -> None:
-        self.futures, self._finish = futures, finish
-
-    def result(self) -> _Prepared:
-        return self._finish([f.result() for f in self.futures])
-
-    def cancel(self) -> None:
-        for future in self.futures:
-            future.cancel()
-
-
-def _start(member: Member, compression: str, run: Run) -> _Job:
-    """Start preparing ``member``: its CRC, and its pieces deflated unless it is stored."""
-    strategy = None
-    tiny = compression == "auto" and member.size < _TINY and not member.text
-    if compression != "none" and member.size and not tiny:
-        strategy = _choose_strategy(_first_sample(member), member.text, compression == "auto")
-    size = member.size
-    piece = _pieces.piece_size(size)
-    if strategy is None and member.once:  # its CRC is computed while it is written
-        return _Job([], lambda _: _Prepared(0, size, _STORED, None, size, 0, crc_later=True))
-    if strategy is None:
-        if member.parts is None and not member.stable:
-            futures = [run(_crc_of, member.chunks())]
-            lengths = [size]
-        else:
-            pieces = list(_split(member, piece))
-            futures = [run(_crc_of, segments) for segments, _ in pieces]
-            lengths = [n for _, n in pieces]
-
-        def stored(crcs: list[int]) -> _Prepared:
-            crc = 0
-            for c, n in zip(crcs, lengths, strict=True):
-                crc = crc32_combine(crc, c, n)
-            return _Prepared(crc, size, _STORED, None, size, crc)
-
-        return _Job(futures, stored)
-    level = 6 if member.text else 1
-    futures, lengths = [], []
-    done = 0
-    for segments, n in _split(member, piece):
-        done += n
-        lengths.append(n)
-        futures.append(run(_pieces.deflate_piece, segments, strategy, level, done >= size))
-        if member.once:  # its pieces, copied from a device, wait in host memory: bound them
-            _wait_behind(futures, 2 * WORKERS)
-    if done != size:
-        raise SerializationError(
-            f"member {member.name!r}: its content gave {done} bytes, not the {size} announced"
+    def __init__(self, member: Member, piece: int) -> None:
+        self.name = member.name
+        self.stable = member.stable or member.parts is not None
+        self._chunks: Iterator[Chunk] = iter(
+            member.parts if member.parts is not None else member.chunks()
         )
+        self._rest = memoryview(b"")  # what is left of the current chunk
+        size = member.size
+        first = piece
+        if size:
+            self._rest = self._next_chunk()
+            if 0 < self._rest.nbytes < piece < size:
+                first = self._rest.nbytes
+        self.lengths = [min(first, size)] if size else [0]
+        at = self.lengths[0]
+        while at < size:
+            self.lengths.append(min(piece, size - at))
+            at += piece
 
-    def deflated(results: list[tuple[int, bytes, int]]) -> _Prepared:
-        crc = payload_crc = csize = 0
-        for (c, data, dc), n in zip(results, lengths, strict=True):
-            crc = crc32_combine(crc, c, n)
-            payload_crc = crc32_combine(payload_crc, dc, len(data))
-            csize += len(data)
-        # Stored instead when deflating saved nothing, unless the content is gone
-        # (a ``once`` member: stored, it would be copied from its device again).
-        if compression != "deflate" and csize >= size and not member.once:
-            return _Prepared(crc, size, _STORED, None, size, crc)
-        table = b""
-        if len(results) > 1:
-            table = _pieces.encode_table(
-                piece, lengths[0], [len(r[1]) for r in results], [r[0] for r in results]
-            )
-        payload = [r[1] for r in results]
-        return _Prepared(crc, size, _DEFLATED, payload, csize, payload_crc, table)
+    def _next_chunk(self) -> memoryview:
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            return memoryview(b"")
+        return memoryview(chunk).cast("B")
 
-    return _Job(futures, deflated)
+    def views(self, n: int) -> Iterator[memoryview]:
+        """The next ``n`` bytes, as views of the member's own buffers (each valid until
+        the next is asked for, unless the member is ``stable``)."""
+        while n:
+            if not self._rest.nbytes:
+                self._rest = self._next_chunk()
+                if not self._rest.nbytes:
+                    raise _short(self.name)
+            take = min(n, self._rest.nbytes)
+            yield self._rest[:take]
+            self._rest = self._rest[take:]
+            n -= take
+
+    def gather(self, n: int) -> bytearray:
+        """The next ``n`` bytes, copied into a buffer of their own."""
+        out = bytearray(n)
+        at = 0
+        for view in self.views(n):
+            out[at : at + view.nbytes] = view
+            at += view.nbytes
+        return out
+
+    def end(self) -> None:
+        """Check that the content held no more bytes than announced."""
+        if self._rest.nbytes or any(memoryview(c).nbytes for c in self._chunks):
+            raise _short(self.name)
+
+    def close(self) -> None:
+        """Let go of the content (a stream from a device ends its copies)."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        self._rest = memoryview(b"")
 
 
-def _wait_behind(futures: Sequence[concurrent.futures.Future[Any]], ahead: int) -> None:
-    """Wait until at most ``ahead`` of ``futures`` are unfinished (their inputs held)."""
-    for future in futures[: max(0, len(futures) - ahead)]:
-        future.result()
+def _short(name: str) -> SerializationError:
+    return SerializationError(f"member {name!r}: its content does not have the size it announced")
+
+
+def _strategy(member: Member, compression: str) -> int | None:
+    """The DEFLATE strategy of ``member`` (from a sample), or ``None`` to store it."""
+    tiny = compression == "auto" and member.size < _TINY and not member.text
+    if compression == "none" or not member.size or tiny:
+        return None
+    return _choose_strategy(_first_sample(member), member.text, compression == "auto")
 
 
 def _prepare(member: Member, compression: str) -> _Prepared:
-    return _start(member, compression, _now).result()
+    """Prepare ``member`` whole on this thread: its CRC, and its payload when deflated
+    (small members, and the outer zip's manifest, written with a header made first)."""
+    strategy = _strategy(member, compression)
+    size = member.size
+    if strategy is None and member.once:  # its CRC is computed while it is written
+        return _Prepared(0, size, _STORED, None, size, 0, crc_later=True)
+    if strategy is None:
+        crc = _crc_of(member.parts if member.parts is not None else member.chunks())
+        return _Prepared(crc, size, _STORED, None, size, crc)
+    level = 6 if member.text else 1
+    piece = _pieces.piece_size(size)
+    source = _Source(member, piece)
+    crc = payload_crc = csize = 0
+    payload: list[bytes] = []
+    lengths, piece_crcs = [], []
+    for i, n in enumerate(source.lengths):
+        c, chunks, m, dc = _pieces.deflate_piece(
+            list(source.views(n)) if source.stable else [source.gather(n)],
+            strategy,
+            level,
+            i == len(source.lengths) - 1,
+        )
+        crc = crc32_combine(crc, c, n)
+        payload_crc = crc32_combine(payload_crc, dc, m)
+        csize += m
+        payload += chunks
+        lengths.append(m)
+        piece_crcs.append(c)
+    source.end()
+    # Stored instead when deflating saved nothing, unless the content is gone
+    # (a ``once`` member: stored, it would be copied from its device again).
+    if compression != "deflate" and csize >= size and not member.once:
+        return _Prepared(crc, size, _STORED, None, size, crc)
+    table = b""
+    if len(lengths) > 1:
+        table = _pieces.encode_table(piece, source.lengths[0], lengths, piece_crcs)
+    return _Prepared(crc, size, _DEFLATED, payload, csize, payload_crc, table)
 
 
 def _local_header(name: bytes, prep: _Prepared, zip64: bool) -> bytes:
@@ -386,6 +356,442 @@ def _end_records(count: int, cd_offset: int, cd_size: int) -> bytes:
     return out
 
 
+class _Out:
+    """The archive being written: small writes gathered in a buffer that goes out in big
+    writes, the offset and CRC of every byte handed over, headers patched afterwards."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+        self.limit = _BUFFER  # the buffer's size (its bytes come from the host budget)
+        self.offset = 0  # bytes handed to write(), buffered or not
+        self.crc = 0  # of those bytes, where the caller keeps it up to date
+
+    def flush(self) -> None:
+        if self.buffer:
+            _write_fully(self.stream, self.buffer)
+            self.buffer.clear()
+
+    def write(self, data: Chunk) -> None:
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if n >= min(_DIRECT_WRITE, self.limit):
+            self.flush()
+            _write_fully(self.stream, data)
+        else:
+            if len(self.buffer) + n > self.limit:
+                self.flush()
+            self.buffer.extend(data)
+        self.offset += n
+
+    def write_small(self, data: bytes) -> None:
+        self.crc = crc32(data, self.crc)
+        self.write(data)
+
+    def _base(self) -> int:
+        """Where the archive starts in the stream (its position minus what went out)."""
+        return self.stream.tell() - (self.offset - len(self.buffer))
+
+    def patch(self, start: int, header: bytes) -> None:
+        """Write ``header`` over the bytes at ``start`` (a member's local header)."""
+        flushed = self.offset - len(self.buffer)
+        if start >= flushed:  # still in the buffer
+            at = start - flushed
+            self.buffer[at : at + len(header)] = header
+            return
+        base = self._base()
+        self.flush()
+        _write_at(self.stream, base + start, header)
+
+    def rewind(self, start: int, crc: int) -> None:
+        """Drop everything written from ``start`` on (``crc`` was the CRC up to there)."""
+        flushed = self.offset - len(self.buffer)
+        if start >= flushed:
+            del self.buffer[start - flushed :]
+        else:
+            base = self._base()
+            self.flush()
+            self.stream.seek(base + start)
+            self.stream.truncate()
+        self.offset, self.crc = start, crc
+
+    def write_counted(self, chunks: Iterable[Chunk]) -> int:
+        """Write ``chunks`` and return their CRC, each big chunk's computed on a CRC thread
+        while it is written (both release the GIL)."""
+        crc = 0
+        for chunk in chunks:
+            n = len(chunk) if isinstance(chunk, bytes) else memoryview(chunk).nbytes
+            if n < _OVERLAP_CRC:
+                crc = crc32(chunk, crc)
+                self.write(chunk)
+                continue
+            part = submit(crc_pool, crc32, chunk)
+            try:
+                self.write(chunk)
+            finally:
+                value = part.result()
+            crc = crc32_combine(crc, value, n)
+        return crc
+
+
+def _slot(n: int, *, copied: bool) -> int:
+    """The host bytes a piece of ``n`` bytes deflated on the pool holds until it is written:
+    its output, the compressor, and its input when it was copied (from a device, or from
+    buffers its member reuses) rather than viewed where it lies."""
+    return _pieces.deflate_bound(n) + _pieces.COMPRESSOR_BYTES + (n if copied else 0)
+
+
+@dataclasses.dataclass
+class _Job:
+    """Work started on the pool for one piece of a member: its CRC, or its deflated bytes."""
+
+    member: int
+    future: concurrent.futures.Future[Any]
+    cost: int  # bytes of the writer's ticket it holds until its result is written
+
+
+class _Plan:
+    """How one member of at least ``_INLINE`` bytes is written, and how far its pieces got."""
+
+    def __init__(self, member: Member, compression: str) -> None:
+        self.member = member
+        self.strategy = _strategy(member, compression)
+        self.level = 6 if member.text else 1
+        self.piece = _pieces.piece_size(member.size)
+        # A stored member copied from a device is written as it is copied, its CRC later.
+        self.streamed = self.strategy is None and member.once
+        # A stored member whose chunks() reuses its buffers: one pass for the CRC.
+        self.one_pass = self.strategy is None and not member.stable and member.parts is None
+        self.source: _Source | None = None
+        self.opened = False
+        self.count = 0  # pieces, once opened
+        self.started = 0  # pieces started (on the pool or on the writer's thread)
+        self.stream_ticket: Ticket | None = None  # a device member's copies, when deflated
+
+    def open(self) -> None:
+        """Start reading the content (its pieces known from then on)."""
+        if self.opened:
+            return
+        self.opened = True
+        if self.one_pass:
+            self.count = 1
+            return
+        with self.copies():
+            self.source = _Source(self.member, self.piece)
+        self.count = len(self.source.lengths)
+
+    def copies(self) -> contextlib.AbstractContextManager[Any]:
+        """Where this member's copies from a device take their host memory."""
+        if self.stream_ticket is None:
+            return contextlib.nullcontext()
+        return _budget.within(self.stream_ticket)
+
+    @property
+    def produced(self) -> bool:
+        return self.opened and self.started == self.count
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+        if self.stream_ticket is not None:
+            self.stream_ticket.end()
+            self.stream_ticket = None
+
+
+class _Writer:
+    """The members of one archive in order, the pool working ahead of the one written.
+
+    Everything the writer holds comes from its ticket of the host budget: the
+    buffer gathering small writes, the copies of members from devices (their
+    streams take their share of it), and work run ahead on the pool (at most
+    ``2 * WORKERS`` pieces: CRCs of stored members, deflated pieces): a deflated
+    piece holds its output (and its input, when copied from a device or from
+    reused buffers) until it is written. A piece that finds no room is deflated
+    on the writer's thread instead, its output written as it comes. Members
+    copied from a device are planned when their turn comes, so that only one of
+    them is copied at a time.
+    """
+
+    def __init__(self, members: Sequence[Member], compression: str, out: _Out) -> None:
+        self.members = members
+        self.compression = compression
+        self.out = out
+        heavy = [m for m in members if m.size >= _INLINE]
+        self.parallel = WORKERS > 1 and sum(m.size for m in heavy) >= _PARALLEL_BYTES
+        self.window: collections.deque[_Job] = collections.deque()
+        self.plans: dict[int, _Plan] = {}
+        self.ahead = 0  # the first member whose pieces are not all started
+        self.current = -1  # the member being written
+        # The buffer, one compressor on this thread, and the pieces on the pool.
+        budget = _budget.host_budget()
+        inline = _pieces.COMPRESSOR_BYTES + 2 * _pieces.FEED if compression != "none" else 0
+        want = _BUFFER + inline
+        if self.parallel and compression != "none":
+            want += 2 * WORKERS * _slot(_pieces.PIECE, copied=True)
+        if any(m.once for m in members):
+            want = budget  # and the copies, the more the faster
+        least = min(want, budget // 4)
+        self.ticket: Ticket | None = _budget.take(want, least)
+        size = self.ticket.size
+        # The buffer of small writes, and what deflating on this thread holds (a compressor,
+        # an input and an output slice), each a part of the ticket at most.
+        out.limit = self.ticket.take_up_to(min(_BUFFER, size // 8))
+        self.inline = self.ticket.take_up_to(min(inline, size // 4))
+        # Room kept for copies and pieces when the ticket is trimmed for other threads.
+        self.keep = max(least // 2, 1)
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for job in self.window:
+            job.future.cancel()
+        # Work already running ends before its buffers are given back.
+        concurrent.futures.wait([job.future for job in self.window])
+        for job in self.window:
+            if job.cost and self.ticket is not None:
+                self.ticket.free(job.cost)
+        self.window.clear()
+        for plan in self.plans.values():
+            plan.close()
+        self.plans.clear()
+        if self.ticket is not None:
+            self.ticket.free(self.out.limit + self.inline)
+            self.ticket.end()
+
+    def write(self, i: int) -> bytes:
+        """Write member ``i``; return its central directory entry."""
+        self.current = i
+        # Copies from devices made meanwhile take their host memory from the writer's ticket.
+        with self._within():
+            entry = self._write(i)
+        self.ahead = max(self.ahead, i + 1)
+        if self.ticket is not None:
+            self.ticket.rebalance(self.ticket.held + self.keep)
+        return entry
+
+    def _write(self, i: int) -> bytes:
+        member = self.members[i]
+        if member.size < _INLINE:
+            self.ahead = max(self.ahead, i + 1)
+            return self._write_prepared(member, _prepare(member, self.compression))
+        plan = self._plan(i)
+        assert plan is not None
+        try:
+            if plan.streamed:
+                entry = self._write_streamed(member)
+            elif plan.strategy is None:
+                entry = self._write_stored(i, plan)
+            else:
+                entry = self._write_deflated(i, plan)
+        finally:
+            plan.close()
+            del self.plans[i]
+        return entry
+
+    def _plan(self, i: int) -> _Plan | None:
+        """Member ``i``'s plan, made now if need be; ``None`` for a member copied from a
+        device that is not being written yet."""
+        plan = self.plans.get(i)
+        if plan is None:
+            member = self.members[i]
+            if member.once and i != self.current:
+                return None
+            with self._within():  # a device member's sample is copied within it
+                plan = self.plans[i] = _Plan(member, self.compression)
+            if member.once and plan.strategy is not None and self.ticket is not None:
+                # Its copies get what the pool's pieces leave (a quarter at least).
+                room = self.ticket.room
+                slot = _slot(plan.piece, copied=True)
+                jobs = min(2 * WORKERS, (room - room // 4) // slot)
+                share = self.ticket.take_up_to(room - jobs * slot)
+                plan.stream_ticket = Ticket(
+                    share, self.ticket, self.ticket.account, self.ticket.limit
+                )
+        return plan
+
+    def _within(self) -> contextlib.AbstractContextManager[Any]:
+        if self.ticket is None:
+            return contextlib.nullcontext()
+        return _budget.within(self.ticket)
+
+    def fill(self) -> None:
+        """Start work ahead on the pool while there is room, never waiting."""
+        if not self.parallel:
+            return
+        with self._within():
+            self._fill()
+
+    def _fill(self) -> None:
+        while len(self.window) < 2 * WORKERS and self.ahead < len(self.members):
+            i = self.ahead
+            if self.members[i].once and i != self.current:
+                return  # copied from a device: planned when its turn comes
+            if self.members[i].size < _INLINE:
+                self.ahead += 1
+                continue
+            plan = self._plan(i)
+            if plan is None or plan.streamed:
+                return
+            plan.open()
+            if plan.produced:
+                self.ahead += 1
+                continue
+            job = self._start(i, plan)
+            if job is None:
+                return
+            self.window.append(job)
+
+    def _start(self, i: int, plan: _Plan) -> _Job | None:
+        """Start the next piece of member ``i`` on the pool (``None``: no room)."""
+        member = plan.member
+        if plan.one_pass:
+            plan.started = 1
+            return _Job(i, submit(pool, _crc_of, member.chunks()), 0)
+        source = plan.source
+        assert source is not None
+        k = plan.started
+        n = source.lengths[k]
+        if plan.strategy is None:  # in memory: views of it
+            plan.started += 1
+            return _Job(i, submit(pool, _crc_of, list(source.views(n))), 0)
+        cost = _slot(n, copied=member.once or not source.stable)
+        if self.ticket is None or not self.ticket.take(cost):
+            return None
+        try:
+            with plan.copies():
+                segments: Sequence[Chunk] = (
+                    list(source.views(n))
+                    if source.stable and not member.once
+                    else [memoryview(source.gather(n))]
+                )
+        except BaseException:
+            self.ticket.free(cost)
+            raise
+        plan.started += 1
+        last = plan.started == plan.count
+        future = submit(pool, _pieces.deflate_piece, segments, plan.strategy, plan.level, last)
+        return _Job(i, future, cost)
+
+    def _results(self, i: int, plan: _Plan) -> Iterator[tuple[int, list[bytes], int, int]]:
+        """Each piece's ``(CRC, deflated chunks still to write, their size, their CRC)`` in
+        order (for a stored member: its CRC, no chunks), from the pool or made here."""
+        plan.open()
+        source = plan.source
+        for k in range(plan.count):
+            self.fill()
+            if self.window and self.window[0].member == i:
+                job = self.window.popleft()
+                try:
+                    found = job.future.result()
+                    yield (found, [], 0, 0) if plan.strategy is None else found
+                finally:
+                    if job.cost:
+                        assert self.ticket is not None
+                        self.ticket.free(job.cost)
+                continue
+            assert plan.started == k  # no piece of this member is on the pool
+            plan.started += 1
+            if source is None:  # one pass
+                yield _crc_of(plan.member.chunks()), [], 0, 0
+                continue
+            n = source.lengths[k]
+            if plan.strategy is None:
+                yield _crc_of(source.views(n)), [], 0, 0
+                continue
+            # No room ahead: deflated here, written as it comes.
+            deflater = _pieces.Deflater(plan.strategy, plan.level, self.out.write)
+            with plan.copies():
+                for view in source.views(n):
+                    deflater.feed(view)
+            deflater.finish(k == plan.count - 1)
+            yield deflater.crc, [], deflater.out_size, deflater.out_crc
+        if source is not None:
+            source.end()
+
+    def _write_prepared(self, member: Member, prep: _Prepared) -> bytes:
+        """Write a member whose CRC and payload are known: header first."""
+        out = self.out
+        name = member.name.encode("utf-8")
+        zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
+        if prep.crc_later:
+            return self._write_streamed(member)
+        start = out.offset
+        out.write_small(_local_header(name, prep, zip64))
+        payload = prep.payload if prep.payload is not None else member.chunks()
+        if prep.csize <= _TINY:
+            for chunk in payload:
+                out.crc = crc32(chunk, out.crc)
+                out.write(chunk)
+        else:
+            for chunk in payload:
+                out.write(chunk)
+            out.crc = crc32_combine(out.crc, prep.payload_crc, prep.csize)
+        return _central_entry(name, prep, start, zip64)
+
+    def _write_streamed(self, member: Member) -> bytes:
+        """Write a stored member as it comes, its CRC computed meanwhile, then patched in."""
+        out = self.out
+        name = member.name.encode("utf-8")
+        size = member.size
+        zip64 = size >= _ZIP64_LIMIT
+        prep = _Prepared(0, size, _STORED, None, size, 0)
+        start, before = out.offset, out.crc
+        out.write(_local_header(name, prep, zip64))
+        data_at = out.offset
+        prep.crc = prep.payload_crc = out.write_counted(member.chunks())
+        if out.offset - data_at != size:
+            raise _short(member.name)
+        header = _local_header(name, prep, zip64)
+        out.patch(start, header)
+        out.crc = crc32_combine(crc32(header, before), prep.crc, size)
+        return _central_entry(name, prep, start, zip64)
+
+    def _write_stored(self, i: int, plan: _Plan) -> bytes:
+        """Write a stored member whose CRC (computed first) goes into its header."""
+        crc = 0
+        size = plan.member.size
+        for k, (c, _, _, _) in enumerate(self._results(i, plan)):
+            crc = crc32_combine(crc, c, plan.source.lengths[k] if plan.source else size)
+        return self._write_prepared(plan.member, _Prepared(crc, size, _STORED, None, size, crc))
+
+    def _write_deflated(self, i: int, plan: _Plan) -> bytes:
+        """Write a member deflated in pieces as they come: a header first, patched once
+        its CRC and compressed size are known."""
+        member, out = plan.member, self.out
+        name = member.name.encode("utf-8")
+        size = member.size
+        plan.open()
+        source = plan.source
+        assert source is not None
+        bound = sum(_pieces.deflate_bound(n) for n in source.lengths)
+        zip64 = size >= _ZIP64_LIMIT or bound >= _ZIP64_LIMIT
+        start, before = out.offset, out.crc
+        out.write(_local_header(name, _Prepared(0, size, _DEFLATED, None, 0, 0), zip64))
+        crc = payload_crc = csize = 0
+        lengths, crcs = [], []
+        for k, (c, chunks, m, dc) in enumerate(self._results(i, plan)):
+            for chunk in chunks:
+                out.write(chunk)
+            del chunks  # its ticket bytes go back when the next piece is asked for
+            crc = crc32_combine(crc, c, source.lengths[k])
+            payload_crc = crc32_combine(payload_crc, dc, m)
+            csize += m
+            lengths.append(m)
+            crcs.append(c)
+        if self.compression != "deflate" and csize >= size and not member.once:
+            # Deflating saved nothing: stored instead (its content is still in memory).
+            out.rewind(start, before)
+            return self._write_prepared(member, _Prepared(crc, size, _STORED, None, size, crc))
+        table = b""
+        if len(lengths) > 1:
+            table = _pieces.encode_table(plan.piece, source.lengths[0], lengths, crcs)
+        prep = _Prepared(crc, size, _DEFLATED, None, csize, payload_crc, table)
+        header = _local_header(name, prep, zip64)
+        out.patch(start, header)
+        out.crc = crc32_combine(crc32(header, before), payload_crc, csize)
+        return _central_entry(name, prep, start, zip64)
+
+
 def write_zip(
     stream: BinaryIO,
     members: Sequence[Member],
@@ -393,98 +799,23 @@ def write_zip(
     compression: str,
     after_member: Callable[[str], None] | None = None,
 ) -> tuple[int, int]:
-    """Write ``members`` as a zip archive to ``stream``, compressing in parallel."""
+    """Write ``members`` as a zip archive to ``stream``, compressing in parallel; return the
+    bytes written and their CRC-32. ``stream`` must be seekable (headers are patched)."""
     if compression != "deflate" and _all_tiny(members):
         return _write_tiny(stream, members, after_member)
+    out = _Out(stream)
     central: list[bytes] = []
-    offset = 0  # bytes handed to write(), buffered or not
-    crc = 0
-    # Small pieces (headers, tiny members) gather in one buffer that goes out in
-    # big writes: one system call per piece costs more than the copy.
-    buffer = bytearray()
-
-    def flush() -> None:
-        _write_fully(stream, buffer)
-        buffer.clear()
-
-    def write(data: Chunk) -> None:
-        nonlocal offset
-        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
-        if n >= _DIRECT_WRITE:
-            if buffer:
-                flush()
-            _write_fully(stream, data)
-        else:
-            buffer.extend(data)
-            if len(buffer) >= _BUFFER:
-                flush()
-        offset += n
-
-    def write_small(data: bytes) -> None:
-        nonlocal crc
-        crc = crc32(data, crc)
-        write(data)
-
-    base = stream.tell() if any(m.once for m in members) else 0
-    for member, prep in _prepared(members, compression):
-        name = member.name.encode("utf-8")
-        zip64 = prep.size >= _ZIP64_LIMIT or prep.csize >= _ZIP64_LIMIT
-        start = offset
-        if prep.crc_later:
-            before = crc
-            write(_local_header(name, prep, zip64))
-            prep.crc = prep.payload_crc = _write_counted(write, member.chunks())
-            header = _local_header(name, prep, zip64)
-            if offset - len(buffer) <= start:  # the header is still in the buffer
-                at = start - (offset - len(buffer))
-                buffer[at : at + len(header)] = header
-            else:
-                flush()
-                _write_at(stream, base + start, header)
-            crc = crc32_combine(crc32(header, before), prep.crc, prep.size)
-            central.append(_central_entry(name, prep, start, zip64))
+    with _Writer(members, compression, out) as writer:
+        for i, member in enumerate(members):
+            central.append(writer.write(i))
             if after_member is not None:
                 after_member(member.name)
-            continue
-        write_small(_local_header(name, prep, zip64))
-        payload = prep.payload if prep.payload is not None else member.chunks()
-        if prep.csize <= _TINY:
-            for chunk in payload:
-                crc = crc32(chunk, crc)
-                write(chunk)
-        else:
-            for chunk in payload:
-                write(chunk)
-            crc = crc32_combine(crc, prep.payload_crc, prep.csize)
-        central.append(_central_entry(name, prep, start, zip64))
-        if after_member is not None:
-            after_member(member.name)
-    cd_offset = offset
-    for entry in central:
-        write_small(entry)
-    write_small(_end_records(len(central), cd_offset, offset - cd_offset))
-    if buffer:
-        flush()
-    return offset, crc
-
-
-def _write_counted(write: Callable[[Chunk], None], chunks: Iterable[Chunk]) -> int:
-    """Write ``chunks`` and return their CRC, each big chunk's computed on a CRC thread
-    while it is written (both release the GIL)."""
-    crc = 0
-    for chunk in chunks:
-        n = len(chunk) if isinstance(chunk, bytes) else memoryview(chunk).nbytes
-        if n < _OVERLAP_CRC:
-            crc = crc32(chunk, crc)
-            write(chunk)
-            continue
-        part = submit(crc_pool, crc32, chunk)
-        try:
-            write(chunk)
-        finally:
-            value = part.result()
-        crc = crc32_combine(crc, value, n)
-    return crc
+        cd_offset = out.offset
+        for entry in central:
+            out.write_small(entry)
+        out.write_small(_end_records(len(central), cd_offset, out.offset - cd_offset))
+        out.flush()
+    return out.offset, out.crc
 
 
 def _write_at(stream: BinaryIO, position: int, data: bytes) -> None:
@@ -564,34 +895,6 @@ def _write_fully(stream: BinaryIO, data: Chunk | bytearray) -> None:
         if n is None:  # pragma: no cover - only non-blocking streams return None
             continue
         view = view[n:]
-
-
-def _prepared(members: Sequence[Member], compression: str) -> Iterator[tuple[Member, _Prepared]]:
-    """Yield each member with its CRC and payload, in order.
-
-    Members of at least ``_INLINE`` bytes are cut into pieces that the pool
-    compresses (or checksums) while earlier members are written; up to
-    ``2 * WORKERS`` of them are started ahead of the one being written.
-    """
-    heavy = [i for i, m in enumerate(members) if m.size >= _INLINE]
-    total = sum(members[i].size for i in heavy)
-    if not heavy or WORKERS == 1 or total < _PARALLEL_BYTES:
-        for m in members:
-            yield m, _prepare(m, compression)
-        return
-    window = 2 * WORKERS
-    jobs: dict[int, _Job] = {}
-    ahead = 0  # next position in ``heavy`` to start
-    try:
-        for i, m in enumerate(members):
-            while ahead < len(heavy) and len(jobs) < window:
-                jobs[heavy[ahead]] = _start(members[heavy[ahead]], compression, _pooled)
-                ahead += 1
-            job = jobs.pop(i, None)
-            yield m, (job.result() if job is not None else _prepare(m, compression))
-    finally:
-        for job in jobs.values():
-            job.cancel()
 
 
 def write_outer(

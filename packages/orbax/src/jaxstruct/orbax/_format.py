@@ -31,6 +31,7 @@ the plugin costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -43,7 +44,9 @@ from jaxstruct.io import (
     OpenedCheckpoint,
     PendingWrite,
     RemoteDirectory,
+    host_budget,
     manifest_from_json,
+    reserve_host,
     saved_sharding,
 )
 from jaxstruct.registry import SerializationError
@@ -111,30 +114,34 @@ def _sizes(target: Any, arrays: Mapping[str, Any]) -> tuple[int, int]:
     return file_bytes, file_bytes if is_store_url(target) else min(CHUNK_BYTES, file_bytes)
 
 
-#: Bytes of device-to-host copies a blocking save of arrays on accelerators holds at
-#: once (orbax's ``save_device_host_concurrent_bytes``); an array larger than this is
-#: copied alone, and its shards are written before the next arrays are copied.
-HOST_BUDGET = 512 << 20
-
 #: Private switch for tests and measurements: budget arrays on CPU devices too (there,
 #: "copying" a shard to the host is a view of it, so the budget only slows the save).
 _BUDGET_ON_CPU = False
 
 
 def _host_budget(arrays: Mapping[str, Any]) -> int | None:
-    """Orbax's device-to-host byte limit for a blocking save of ``arrays``; ``None`` when
-    every array already lies in host memory.
+    """The bytes of device-to-host copies a blocking save of ``arrays`` may hold at once:
+    what this process copies (its replica-0 shards), within jaxstruct's host budget
+    (``JAXSTRUCT_HOST_BUDGET``); ``None`` when every array already lies in host memory.
 
     Without it, orbax copies every array to the host before it writes any, so the
     host holds the whole model (2.8x it at the peak, measured on a GPU, issue 35).
-    With it, arrays are copied in batches of ``HOST_BUDGET`` bytes (an array larger
-    than that alone), each batch written, and its copies let go, before the next.
+    With it, arrays are copied in batches within it (an array larger than that
+    alone), each batch written, and its copies let go, before the next; the save
+    reserves it from the process's budget (:func:`jaxstruct.io.reserve_host`)
+    while it runs, so exports in other threads stay within the rest.
     """
     jax_arrays = [a for a in arrays.values() if not isinstance(a, np.ndarray)]
     on_host = all(d.platform == "cpu" for a in jax_arrays for d in a.sharding.device_set)
     if not jax_arrays or (on_host and not _BUDGET_ON_CPU):
         return None
-    return HOST_BUDGET
+    local = sum(
+        math.prod(s.data.shape) * np.dtype(a.dtype).itemsize
+        for a in jax_arrays
+        for s in a.addressable_shards
+        if s.replica_id == 0
+    )
+    return min(host_budget(), local) or None
 
 
 def _save_args(
@@ -250,10 +257,17 @@ class OrbaxFormat(Format):
         tensorstore_ran()
         args = _save_args(manifest, arrays, *_sizes(target, arrays))
         where = to_path(target)
-        handler = make_handler(compression, target, _host_budget(arrays))
+        budget = _host_budget(arrays)
+        handler = make_handler(compression, target, budget)
         checkpointer = make_checkpointer(handler, target)
         try:
-            with chunk_layout(where), one_save_at_a_time():
+            # Orbax's batches of copies come from the process's one host budget, reserved
+            # once this save's turn has come.
+            with (
+                chunk_layout(where),
+                one_save_at_a_time(),
+                reserve_host(budget) if budget else contextlib.nullcontext(),
+            ):
                 checkpointer.save(where, args=args)
         except (ValueError, TypeError, RuntimeError) as err:
             raise _wrap_error(target, err) from err

@@ -13,6 +13,7 @@ from jaxstruct.io import Limits, SavedSharding, host_array, parse_json, place, s
 from jaxstruct.registry import SerializationError
 
 from . import _names
+from ._orbax_internals import batched_transfers
 from ._shardmeta import sharding_from_json
 from ._stores import temporary_path_class
 from ._units import Units, json_crc, parse_record
@@ -322,7 +323,9 @@ def make_handler(
     zstd barely shrinks floating-point weights, and a compressed save keeps an
     encoded copy of each chunk on the host; uncompressed, tensorstore writes
     straight from the arrays' own buffers. ``None``: a handler for reading.
-    ``budget``: see :func:`_host_budget`.
+    ``budget``: the bytes of device-to-host copies a blocking save may hold at once
+    (``_format._host_budget``): arrays are then copied in batches within it, each
+    written before the next is copied (``batched_transfers``); ``None``: orbax's default.
     """
     import jax
 
@@ -353,7 +356,14 @@ def make_handler(
                 use_zarr3=True,  # one stored object per chunk (chunk_layout)
                 multiprocessing_options=processes,
                 # (orbax takes the budget in GB, 10**9 bytes; its write limit stays 96 GB)
-                **({} if budget is None else {"save_device_host_concurrent_gb": budget / 1e9}),
+                **(
+                    {}
+                    if budget is None
+                    else {
+                        "save_device_host_concurrent_gb": budget / 1e9,
+                        "type_handler_registry": batched_transfers(),
+                    }
+                ),
             ),
         },
     )

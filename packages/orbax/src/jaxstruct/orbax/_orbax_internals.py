@@ -1,11 +1,12 @@
 """The orbax-checkpoint internals the format relies on, all behind this one seam.
 
-Orbax has no public API for four things the format needs: opening the
+Orbax has no public API for five things the format needs: opening the
 tensorstore of one saved array (to read it straight into device shards), the
 name of the step metadata file that marks a finished orbax checkpoint, a
 tensorstore kvstore for ``s3://`` paths, or one with settings of ours for ``gs://``
-(:func:`route_stores`), and the layout of the stored chunks, each a unit the
-format checksums (:func:`chunk_layout`). All are taken here
+(:func:`route_stores`), the layout of the stored chunks, each a unit the
+format checksums (:func:`chunk_layout`), and copying arrays to the host in
+batches within a byte limit (:func:`batched_transfers`). All are taken here
 and only here; a missing piece raises a
 :class:`~jaxstruct.registry.SerializationError` naming the installed orbax
 version and the one this release was tested with. ``orbax-checkpoint`` has no
@@ -28,6 +29,7 @@ __all__ = [
     "STEP_METADATA_FILE",
     "SUPPORTED",
     "TESTED",
+    "batched_transfers",
     "chunk_layout",
     "open_array_stores",
     "route_s3",
@@ -304,3 +306,45 @@ def _checksummed_metadata(
         "codecs": codecs,
     }
     return metadata, ("zstd" if compressed else "none"), (3 if compressed else None)
+
+
+def batched_transfers() -> Any:
+    """A type handler registry for orbax's PyTree handler under which a save copies
+    ``jax.Array`` leaves to the host in batches, each written before the next is copied,
+    within the handler's ``save_device_host_concurrent_gb``.
+
+    orbax-checkpoint 0.12 applies that limit only to arrays its ``ArrayHandler``'s
+    ``SerializationStatusCallback`` calls "deprioritized"; its default callback calls
+    every array "synchronous", and those are all copied to the host at once, before
+    any is written, whatever the limit. NumPy arrays keep orbax's own handler.
+    """
+    import jax
+    import numpy as np
+
+    try:
+        from orbax.checkpoint._src.metadata import array_metadata_store
+        from orbax.checkpoint._src.serialization import type_handler_registry, type_handlers
+        from orbax.checkpoint._src.serialization import types as serialization_types
+
+        priority = serialization_types.TransferPriority.ASYNCHRONOUS_DEPRIORITIZED
+        base = serialization_types.DefaultSerializationStatusCallback
+    except (ImportError, AttributeError):
+        import orbax.checkpoint as ocp
+
+        version = getattr(ocp, "__version__", "unknown")
+        raise _moved(
+            "serialization.types.TransferPriority or DefaultSerializationStatusCallback",
+            version,
+            "the 'orbax' format's bounded device-to-host copies need",
+        ) from None
+
+    class _InBatches(base):  # pyright: ignore[reportGeneralTypeIssues, reportUntypedBaseClass]
+        def key_priority(self, _: Any) -> Any:
+            return priority
+
+    arrays = type_handlers.ArrayHandler(
+        array_metadata_store=array_metadata_store.Store(), callback=_InBatches()
+    )
+    return type_handler_registry.create_type_handler_registry(
+        (np.ndarray, type_handlers.NumpyHandler()), (jax.Array, arrays)
+    )

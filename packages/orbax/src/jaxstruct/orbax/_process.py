@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 
+from jaxstruct.io import at_fork
 from jaxstruct.registry import SerializationError
 
 __all__ = ["one_save_at_a_time", "refuse_in_forked_child", "tensorstore_ran"]
@@ -49,11 +49,8 @@ def refuse_in_forked_child(where: str) -> None:
         )
 
 
+@at_fork  # jaxstruct-io's one fork handler runs it in every forked child
 def _in_child() -> None:
     global _saving, _forked_after_run
     _saving = threading.Lock()  # a thread of the parent may have held it
     _forked_after_run = _forked_after_run or _ran
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - every POSIX platform
-    os.register_at_fork(after_in_child=_in_child)

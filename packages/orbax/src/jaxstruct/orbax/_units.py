@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
+from jaxstruct.io import host_chunks
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
@@ -116,10 +117,6 @@ def _count(box: Box, axis: int, step: int) -> int:
     return math.prod(hi - lo for lo, hi in box[:axis]) * -(-(hi - lo) // step)
 
 
-def _within(unit: Box, box: Box) -> tuple[slice, ...]:
-    return tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(unit, box, strict=True))
-
-
 def _own_pieces(arr: Any, primary: bool) -> list[tuple[Box, Any]]:
     """The pieces of ``arr`` this process writes: ``(box, data)`` per replica-0 shard."""
     if isinstance(arr, np.ndarray):  # orbax writes a NumPy array from process 0 only
@@ -137,34 +134,45 @@ def _own_pieces(arr: Any, primary: bool) -> list[tuple[Box, Any]]:
     return out
 
 
-def _on_host(data: Any) -> np.ndarray:
-    """A host view of one shard's data: its own buffer on a CPU device; elsewhere a copy,
-    made through a fresh device array (JAX would keep a host copy cached on the user's
-    shard, and so the model in host memory, after the export)."""
-    if isinstance(data, np.ndarray):
-        return data
-    if all(d.platform == "cpu" for d in data.devices()):
-        return np.asarray(data)
-    return np.asarray(data.copy())
+def _unit_crcs(data: Any, sizes: Iterator[int]) -> list[int]:
+    """The CRC-32 of each consecutive run of ``sizes`` bytes of ``data``'s bytes in C order
+    (a shard's units). On a CPU device, or as a NumPy array, the bytes are viewed in
+    place; on an accelerator, copied to the host a piece at a time within jaxstruct's
+    host budget (never the whole shard at once, never through the user's array)."""
+    crcs: list[int] = []
+    left, crc = next(sizes, 0), 0
+    for chunk in host_chunks(data):
+        view = memoryview(chunk)
+        while view.nbytes:
+            take = min(left, view.nbytes)
+            crc = crc32(view[:take], crc)
+            view, left = view[take:], left - take
+            if not left:
+                crcs.append(crc)
+                left, crc = next(sizes, 0), 0
+        del chunk, view  # counted against the budget until let go of
+    return crcs
 
 
 def process_record(stored: Mapping[str, Any], limit: int, process: int) -> dict[str, Any]:
     """This process's record: per stored array, per piece it writes, the CRC-32 of each unit.
 
     On CPU devices a shard's host view is its own buffer; on an accelerator
-    each shard is copied to the host once, one shard at a time (a second copy
-    beside orbax's own, which the record is written before).
+    each shard is copied to the host once more (beside orbax's own copy, which
+    the record is written before), a piece at a time within the host budget.
     """
     arrays: dict[str, list[dict[str, Any]]] = {}
     for key, arr in stored.items():
         itemsize = np.dtype(arr.dtype).itemsize
         pieces = []
         for box, data in _own_pieces(arr, process == 0):
-            host = _on_host(data)
             axis, step = cut([hi - lo for lo, hi in box], itemsize, limit)
-            crcs = [bytes_crc(host[_within(u, box)]) for u in unit_boxes(box, axis, step)]
+            # Each unit is a contiguous run of the shard's bytes in C order.
+            sizes = (
+                math.prod(hi - lo for lo, hi in u) * itemsize for u in unit_boxes(box, axis, step)
+            )
+            crcs = _unit_crcs(data, sizes)
             pieces.append({"box": [list(b) for b in box], "axis": axis, "step": step, "crcs": crcs})
-            del host
         if pieces:
             arrays[key] = pieces
     record: dict[str, Any] = {"version": RECORD_VERSION, "process": process, "arrays": arrays}

@@ -30,12 +30,11 @@ import concurrent.futures
 import json
 import math
 import os
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from jaxstruct.io import parse_json
+from jaxstruct.io import parse_json, submit_to_workers
 from jaxstruct.registry import SerializationError
 
 # zlib-ng's CRC-32 runs at 20-30 GB/s here (the stdlib's zlib at 3-4) and releases the GIL.
@@ -64,32 +63,6 @@ MARK_VALUE = "crc32"
 #: Bytes of tensor data per CRC.
 PIECE_BYTES = 1 << 20
 _VERSION = 1
-_WORKERS = 2
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _forget_pool() -> None:
-    """After a fork: the parent's threads are not in the child."""
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The two threads that compute CRCs while the calling thread reads or writes."""
-    global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = concurrent.futures.ThreadPoolExecutor(
-                    _WORKERS, thread_name_prefix="jaxstruct-safetensors-crc"
-                )
-    return _pool
 
 
 def _bytes_of(data: Any) -> memoryview:
@@ -266,7 +239,8 @@ class Checker:
 
     def whole(self, name: str, first_piece: int, data: Any) -> None:
         """Check ``data``: the tensor's bytes from piece ``first_piece`` on."""
-        self.futures.append(pool().submit(self._whole, name, first_piece, data))
+        # On jaxstruct-io's checksum threads, while the calling thread reads on.
+        self.futures.append(submit_to_workers(self._whole, name, first_piece, data, checksums=True))
 
     def _whole(self, name: str, first_piece: int, data: Any) -> None:
         expected = self.checksums.tensors[name]
@@ -279,7 +253,9 @@ class Checker:
     ) -> None:
         """Check the pieces touched by ``runs`` (``(offset in the tensor, bytes read)``, in
         order): the bytes of those pieces that were not read are read here."""
-        self.futures.append(pool().submit(self._runs, fd, name, begin, nbytes, runs))
+        self.futures.append(
+            submit_to_workers(self._runs, fd, name, begin, nbytes, runs, checksums=True)
+        )
 
     def _runs(
         self, fd: int, name: str, begin: int, nbytes: int, runs: list[tuple[int, memoryview]]

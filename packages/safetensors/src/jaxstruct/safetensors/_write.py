@@ -7,11 +7,14 @@ call, so it writes the file when the arrays are already in host memory in C
 order (NumPy arrays, JAX arrays on one CPU device or replicated over CPU
 devices), allowing host copies of at most :data:`COPY_BUDGET` bytes in all
 for the others (a Fortran-ordered array, an array on an accelerator or split
-over devices). Beyond that budget the file is written here instead, tensor by
-tensor from host copies made one at a time (an array split along its first
-axis shard by shard), so that host memory never holds more than one tensor's
-copy; the layout is the one the library writes (the header padded with spaces
-to 8 bytes, tensors by decreasing alignment then name).
+over devices), reserved from jaxstruct's host budget (``JAXSTRUCT_HOST_BUDGET``,
+:func:`jaxstruct.io.reserve_host`) while they live. Beyond that (or beyond the
+budget) the file is written here instead, tensor by tensor, each tensor's
+bytes streamed in C order within the budget (:func:`jaxstruct.io.host_chunks`:
+shards in host memory viewed in place, other pieces copied a few at a time),
+so that no tensor is ever copied whole; the layout is the one the library
+writes (the header padded with spaces to 8 bytes, tensors by decreasing
+alignment then name).
 
 Either way, while a file of :data:`FLUSH_FROM` bytes or more is written, it is
 flushed to disk as it is written (:func:`jaxstruct.io.flush_while_writing`), so
@@ -26,6 +29,7 @@ then moved onto that temporary.)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -35,17 +39,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from jaxstruct.io import flush_while_writing, host_array, host_pieces
+from jaxstruct.io import (
+    flush_while_writing,
+    host_array,
+    host_budget,
+    host_chunks,
+    host_pieces,
+    reserve_host,
+    submit_to_workers,
+)
 from jaxstruct.registry import SerializationError
 
 from . import _checksums
-from ._checksums import CHECKSUMS_KEY, CrcStream, encode_checksums, header_crc, piece_crcs, pool
+from ._checksums import CHECKSUMS_KEY, CrcStream, encode_checksums, header_crc, piece_crcs
 from ._header import dtype_of, encode_header, numpy_name
 
 __all__ = ["COPY_BUDGET", "FLUSH_FROM", "MAX_HEADER_BYTES", "Tensor", "write_file"]
 
 #: Host copies (in bytes, all arrays together) the library's writer may need
-#: before the file is written tensor by tensor instead.
+#: before the file is written tensor by tensor instead; they are reserved from the
+#: process's host budget, which caps them too.
 COPY_BUDGET = 64 << 20
 
 
@@ -85,15 +98,26 @@ def _in_place(arr: Any) -> np.ndarray | None:
     return piece if whole and piece.flags.c_contiguous else None
 
 
-def _host_buffers(arrays: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
-    """Every array as a C-ordered host buffer, or ``None`` if that copies over the budget."""
-    out: dict[str, np.ndarray | None] = {key: _in_place(arr) for key, arr in arrays.items()}
-    copied = [key for key, buf in out.items() if buf is None]
-    if sum(_nbytes(arrays[key]) for key in copied) > COPY_BUDGET:
-        return None
-    for key in copied:
-        out[key] = np.ascontiguousarray(host_array(arrays[key]))
-    return {key: buf for key, buf in out.items() if buf is not None}
+def _to_copy(arrays: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[str], int]:
+    """The arrays whose bytes lie in host memory in C order (viewed in place), the keys of
+    the others, and the bytes of host copies those need."""
+    in_place: dict[str, np.ndarray] = {}
+    copied: list[str] = []
+    for key, arr in arrays.items():
+        found = _in_place(arr)
+        if found is None:
+            copied.append(key)
+        else:
+            in_place[key] = found
+    return in_place, copied, sum(_copy_bytes(arrays[key]) for key in copied)
+
+
+def _copy_bytes(arr: Any) -> int:
+    """The host memory a whole copy of ``arr`` takes at its peak: an array split over
+    devices is copied shard by shard, then joined into one buffer."""
+    if isinstance(arr, np.ndarray) or len(arr.sharding.device_set) == 1:
+        return _nbytes(arr)
+    return 2 * _nbytes(arr)
 
 
 def _with_library(
@@ -150,40 +174,12 @@ def _library_error(err: Exception) -> SerializationError:
     return SerializationError(f"the safetensors library could not write the file: {err}")
 
 
-def _write_bytes(file: Any, block: np.ndarray, crcs: CrcStream) -> None:
-    block = np.ascontiguousarray(block)
-    if block.size:
-        data = block.reshape(-1).view(np.uint8).data
-        crcs.feed(data)
-        file.write(data)
-
-
 def _write_array(file: Any, arr: Any, crcs: CrcStream) -> None:
-    """Write ``arr``'s bytes in C order, shard by shard when it is split along axis 0 only."""
-    if isinstance(arr, np.ndarray):
-        _write_bytes(file, arr, crcs)
-        return
-    pieces = host_pieces(arr)
-    whole_rows = all(
-        all(
-            (s.start in (None, 0)) and (s.stop in (None, n))
-            for s, n in zip(index[1:], arr.shape[1:], strict=False)
-        )
-        for index, _ in pieces
-    )
-    if not whole_rows or arr.ndim == 0:
-        _write_bytes(file, host_array(arr), crcs)
-        return
-    pieces.sort(key=lambda p: p[0][0].start or 0 if p[0] else 0)
-    row = 0
-    for index, piece in pieces:
-        start = (index[0].start or 0) if index else 0
-        if start != row:
-            _write_bytes(file, host_array(arr), crcs)  # pragma: no cover - pieces leave a gap
-            return
-        row = start + piece.shape[0]
-    for _, piece in pieces:
-        _write_bytes(file, piece, crcs)
+    """Write ``arr``'s bytes in C order, a piece at a time within the host budget."""
+    for piece in host_chunks(arr):
+        crcs.feed(piece)
+        file.write(piece)
+        del piece  # counted against the budget until let go of
 
 
 def _with_checksums(
@@ -226,12 +222,20 @@ def write_file(
 
     Returns which writer wrote it: ``"safetensors"`` (the library's) or ``"jaxstruct"``.
     """
-    buffers = _host_buffers(arrays)
-    if buffers is None:
+    buffers, copied, need = _to_copy(arrays)
+    if need > min(COPY_BUDGET, host_budget()):
         _tensor_by_tensor(path, metadata, plan, arrays)
         return "jaxstruct"
-    piece = _checksums.PIECE_BYTES
-    summing = {t.name: pool().submit(piece_crcs, buffers[key], piece) for key, t in plan.items()}
-    crcs = {name: future.result() for name, future in summing.items()}
-    _with_library(path, _with_checksums(metadata, plan, crcs), plan, buffers)
+    # The copies are held, reserved from the host budget, while the library writes from them.
+    with reserve_host(need) if need else contextlib.nullcontext():
+        for key in copied:
+            buffers[key] = np.ascontiguousarray(host_array(arrays[key]))
+        piece = _checksums.PIECE_BYTES
+        summing = {
+            t.name: submit_to_workers(piece_crcs, buffers[key], piece, checksums=True)
+            for key, t in plan.items()
+        }
+        crcs = {name: future.result() for name, future in summing.items()}
+        _with_library(path, _with_checksums(metadata, plan, crcs), plan, buffers)
+        del buffers
     return "safetensors"

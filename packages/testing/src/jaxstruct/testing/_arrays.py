@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import math
 import sys
 import types
 import typing
@@ -23,7 +22,7 @@ from hypothesis.extra import numpy as hnp
 from ._checks import NOTHING, Checks
 from ._options import DEFAULT_OPTIONS, DrawOptions
 from ._refusals import record_field_refusal
-from ._satisfy import array_strategy, feasible_dtypes, values_for
+from ._satisfy import array_strategy, feasible_dtypes, floats_of_width, values_for
 
 __all__ = [
     "CURRENT_SIZES",
@@ -385,29 +384,6 @@ def bind_sizes(dims: tuple[Any, ...] | None, shape: tuple[int, ...], sizes: dict
 
 
 @functools.lru_cache(maxsize=16)
-def floats_of_width(width: int, *, allow_nan: bool = True) -> st.SearchStrategy[float]:
-    """Floats exactly representable in ``width`` bits, infinities included, drawn without rejection.
-
-    ``st.floats(width=32)`` draws a 64-bit float and rejects it when it
-    overflows the width, which was most of the rejected draws of
-    ``structs()``; finite bounds at the width's largest value avoid that.
-
-    Example:
-        >>> import numpy as np
-        >>> from hypothesis import find
-        >>> x = find(floats_of_width(16), lambda x: 60000 < x < float("inf"))
-        >>> float(np.float16(x)) == x
-        True
-    """
-    big = float(np.finfo(f"float{width}").max)
-    special = [math.inf, -math.inf, *([math.nan] if allow_nan else [])]
-    return st.floats(
-        min_value=-big,
-        max_value=big,
-        width=width,  # type: ignore[arg-type]
-    ) | st.sampled_from(special)
-
-
 def _elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
     if dtype.kind == "f":
         # Any bit pattern of the width (NaNs, infinities, subnormals) is fair game.

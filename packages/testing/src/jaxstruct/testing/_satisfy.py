@@ -125,10 +125,27 @@ def feasible_dtypes(names: tuple[str, ...], checks: Checks) -> tuple[str, ...]:
     return tuple(name for name in names if _allowed(name, checks))
 
 
-def _full_floats(width: int) -> st.SearchStrategy[float]:
-    from ._arrays import floats_of_width
+def floats_of_width(width: int, *, allow_nan: bool = True) -> st.SearchStrategy[float]:
+    """Floats exactly representable in ``width`` bits, infinities included, drawn without rejection.
 
-    return floats_of_width(width)
+    ``st.floats(width=32)`` draws a 64-bit float and rejects it when it
+    overflows the width, which was most of the rejected draws of
+    ``structs()``; finite bounds at the width's largest value avoid that.
+
+    Example:
+        >>> import numpy as np
+        >>> from hypothesis import find
+        >>> x = find(floats_of_width(16), lambda x: 60000 < x < float("inf"))
+        >>> float(np.float16(x)) == x
+        True
+    """
+    big = float(np.finfo(f"float{width}").max)
+    special = [math.inf, -math.inf, *([math.nan] if allow_nan else [])]
+    return st.floats(
+        min_value=-big,
+        max_value=big,
+        width=width,  # type: ignore[arg-type]
+    ) | st.sampled_from(special)
 
 
 @functools.lru_cache(maxsize=256)
@@ -155,7 +172,7 @@ def _elements_cached(name: str, checks: Checks, finite_only: bool) -> st.SearchS
     if lo is None and hi is None and not finite_only:
         if name == "bfloat16":
             return None  # any bit pattern: _plain draws uint16 bits
-        return _full_floats(width)
+        return floats_of_width(width)
     # An open side is closed at the dtype's largest value: st.floats(width=16)
     # would draw 64-bit floats and reject those that overflow (most of them).
     # bfloat16 is drawn as float32 between bounds on its grid, then rounded to
