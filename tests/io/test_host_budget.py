@@ -480,7 +480,8 @@ def test_a_part_of_a_device_array_streamed_gives_the_crcs_of_the_part_in_place(
     blocks = _checksums._held_blocks(placed)
     part = dict(list(blocks.items())[: max(1, len(blocks) // 2)])
     host = [(box, np.asarray(data)) for box, data in part.items()]
-    expected = _checksums._crcs_of(_checksums._Holder(host, False), dtype, shape, 1 << 20)
+    holders = {"a": _checksums._Holder(host, False)}
+    expected = _checksums._host_crcs(holders, {"a": (dtype, shape)}, 1 << 20)["a"]
     streamed = _checksums._streamed_part_crcs("a", part, shape, dtype, 1 << 20)
     assert streamed == expected
     whole = _checksums.checksum_arrays({"a": arr}, "x")["crc32"]["a"]

@@ -132,6 +132,29 @@ def _spec(entry: dict[str, object]) -> object:
     return ArraySpec(dtype, shape, math.prod(shape) * dtype.itemsize)
 
 
+def test_many_small_arrays_are_checksummed_on_several_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arrays of a few pieces each are batched together across arrays onto the worker
+    pool (a model of many 8 MiB weights keeps every core busy), in the arrays' order."""
+    from jaxstruct.io import _process
+
+    tasks = []
+    submit = _process.submit
+
+    def counting(pool: object, fn: object) -> object:
+        tasks.append(fn)
+        return submit(pool, fn)  # pyright: ignore[reportArgumentType]
+
+    monkeypatch.setattr(_process, "submit", counting)
+    rng = np.random.default_rng(3)
+    arrays = {f"a{i}": rng.integers(0, 255, (3, 1 << 20), np.uint8) for i in range(12)}
+    section = _checksums.checksum_arrays(arrays, "x")
+    assert len(tasks) >= 2
+    assert section["crc32"] == {k: _hex(_reference(a)) for k, a in arrays.items()}
+    assert list(section["crc32"]) == list(arrays)
+
+
 def test_a_flipped_byte_is_found_and_named() -> None:
     """Checking a read array that differs in one byte names the file, the array's tree path,
     the piece and the fix."""

@@ -249,20 +249,44 @@ def _streamed_part_crcs(
     ]
 
 
-def _crcs_of(
-    holder: _Holder, dtype: np.dtype, shape: tuple[int, ...], piece: int
-) -> list[int | None]:
-    """The CRC-32 of every piece, several pieces per task on the worker pool."""
-    itemsize = dtype.itemsize
-    boxes = pieces(shape, itemsize, piece)
-    if len(boxes) <= _PIECES_PER_TASK:
-        return [holder.crc(box, itemsize) for box in boxes]
-    batches = [boxes[i : i + _PIECES_PER_TASK] for i in range(0, len(boxes), _PIECES_PER_TASK)]
-    futures = [
-        _process.submit(_process.pool, lambda b=b: [holder.crc(x, itemsize) for x in b])
-        for b in batches
-    ]
-    return [crc for future in futures for crc in future.result()]
+#: Bytes of pieces one task of the worker pool checksums (whole pieces, of any arrays).
+_TASK_BYTES = _PIECES_PER_TASK * PIECE
+
+
+def _host_crcs(
+    holders: Mapping[str, _Holder],
+    specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+    piece: int,
+) -> dict[str, list[int | None]]:
+    """The CRC-32 of every piece of every array held in host memory, all arrays at once:
+    consecutive pieces (of one array or several) in tasks of about ``_TASK_BYTES`` on the
+    worker pool, so that many arrays of a few pieces each keep every core busy too, and
+    a checkpoint of at most one task's bytes costs no hand-over to a thread."""
+    items: list[tuple[str, Box, int]] = []  # (key, piece, itemsize), in order
+    for key in holders:
+        dtype, shape = specs[key]
+        items.extend((key, box, dtype.itemsize) for box in pieces(shape, dtype.itemsize, piece))
+
+    def run(batch: list[tuple[str, Box, int]]) -> list[int | None]:
+        return [holders[key].crc(box, itemsize) for key, box, itemsize in batch]
+
+    batches: list[list[tuple[str, Box, int]]] = [[]]
+    size = 0
+    for item in items:
+        if size >= _TASK_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += max(_size(item[1], item[2]), 1)
+    if len(batches) == 1:
+        found = run(batches[0])
+    else:
+        futures = [_process.submit(_process.pool, lambda b=b: run(b)) for b in batches]
+        found = [crc for future in futures for crc in future.result()]
+    out: dict[str, list[int | None]] = {key: [] for key in holders}
+    for (key, _, _), crc in zip(items, found, strict=True):
+        out[key].append(crc)
+    return out
 
 
 def _device_crcs(
@@ -313,17 +337,18 @@ def _crcs(
     """
     partial: dict[str, list[int | None]] = {}
     shared: list[str] = []
+    on_host: dict[str, _Holder] = {}
     for key, arr in arrays.items():
         if hasattr(arr, "addressable_shards") and _host.streams(arr):  # in accelerator memory
             partial[key] = _device_crcs(key, arr, *specs[key], piece)
             if not arr.is_fully_addressable:
                 shared.append(key)
             continue
-        holder = _holder(arr)
-        partial[key] = _crcs_of(holder, *specs[key], piece)
+        on_host[key] = holder = _holder(arr)  # views in place: no copy is held
         if not holder.complete:
             shared.append(key)
-        del holder
+    partial.update(_host_crcs(on_host, specs, piece))
+    partial = {key: partial[key] for key in arrays}  # in the arrays' order
     out = {k: [c for c in crcs if c is not None] for k, crcs in partial.items() if k not in shared}
     if not shared:
         return out
