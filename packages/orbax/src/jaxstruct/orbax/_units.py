@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
-from jaxstruct.io import host_chunks
+from jaxstruct.io import host_chunks, map_on_workers
 from jaxstruct.registry import SerializationError
 from zlib_ng.zlib_ng import crc32
 
@@ -161,20 +161,23 @@ def process_record(stored: Mapping[str, Any], limit: int, process: int) -> dict[
     each shard is copied to the host once more (beside orbax's own copy, which
     the record is written before), a piece at a time within the host budget.
     """
-    arrays: dict[str, list[dict[str, Any]]] = {}
+    shards: list[tuple[str, Box, int, int, Any, list[int]]] = []
     for key, arr in stored.items():
         itemsize = np.dtype(arr.dtype).itemsize
-        pieces = []
         for box, data in _own_pieces(arr, process == 0):
             axis, step = cut([hi - lo for lo, hi in box], itemsize, limit)
             # Each unit is a contiguous run of the shard's bytes in C order.
-            sizes = (
+            sizes = [
                 math.prod(hi - lo for lo, hi in u) * itemsize for u in unit_boxes(box, axis, step)
-            )
-            crcs = _unit_crcs(data, sizes)
-            pieces.append({"box": [list(b) for b in box], "axis": axis, "step": step, "crcs": crcs})
-        if pieces:
-            arrays[key] = pieces
+            ]
+            shards.append((key, box, axis, step, data, sizes))
+    # The shards' units on io's worker threads, every core at once (a save's blocking
+    # part waits for them: the record is saved with the arrays).
+    found = map_on_workers(lambda shard: _unit_crcs(shard[4], iter(shard[5])), shards)
+    arrays: dict[str, list[dict[str, Any]]] = {}
+    for (key, box, axis, step, _, _), crcs in zip(shards, found, strict=True):
+        piece = {"box": [list(b) for b in box], "axis": axis, "step": step, "crcs": crcs}
+        arrays.setdefault(key, []).append(piece)
     record: dict[str, Any] = {"version": RECORD_VERSION, "process": process, "arrays": arrays}
     record["crc32"] = json_crc(record)
     return record
