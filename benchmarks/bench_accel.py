@@ -70,6 +70,8 @@ SIDES: dict[str, tuple[str, str]] = {
     "dir-none": ('directory, `compression="none"`', "ours"),
     "orbax-format": ('`format="orbax"`', "ours"),
     "safetensors": ("`.safetensors`", "ours"),
+    "rawdir": ("docs' minimum format, jaxstruct's checksums (`bench_checksums.py`)", "ours"),
+    "rawdir-unchecked": ("the same, no checksums (a measuring device)", "ours"),
     "orbax": ("orbax `StandardCheckpointer`", "peer"),
     "st-flax": ("`safetensors.flax` (+fsync on save)", "peer"),
 }
@@ -172,7 +174,10 @@ def _save(side: str, model: dict[str, Any], path: Path) -> None:
         return
     import jaxstruct.io as jio
 
-    if side == "orbax-format":
+    if side.startswith("rawdir"):
+        with jio.using(_rawdir(side)):
+            jio.export(model, path)
+    elif side == "orbax-format":
         jio.export(model, path, format="orbax")
     else:
         jio.export(model, path, compression="none" if side.endswith("-none") else "auto")
@@ -193,6 +198,11 @@ def _load(side: str, target: dict[str, Any], path: Path) -> Any:
         loaded = load_file(str(path))
         # safetensors.flax puts arrays on the default device, as the target asks here.
         out = {k: jax.device_put(loaded[k], target[k].sharding) for k in target}
+    elif side.startswith("rawdir"):
+        import jaxstruct.io as jio
+
+        with jio.using(_rawdir(side)):
+            out = jio.load(path, target=target)
     else:
         import jaxstruct.io as jio
 
@@ -200,8 +210,18 @@ def _load(side: str, target: dict[str, Any], path: Path) -> Any:
     return jax.block_until_ready(out)
 
 
+def _rawdir(side: str) -> Any:
+    """The docs' minimum format of ``bench_checksums.py``: with ``check_members``, its
+    arrays checked by jaxstruct's CRC-32s (``rawdir``), or declaring checks it does not
+    make (``rawdir-unchecked``: what the same format costs without them)."""
+    import bench_checksums
+
+    return bench_checksums._formats()["members" if side == "rawdir" else "unchecked"]
+
+
 def _path_for(side: str, root: Path, name: str) -> Path:
     suffix = {"zip": ".zip", "zip-none": ".zip", "safetensors": ".safetensors", "st-flax": ".st"}
+    suffix.update(dict.fromkeys(("rawdir", "rawdir-unchecked"), ".rawdir"))
     return root / f"{name}{suffix.get(side, '')}"
 
 
@@ -518,6 +538,16 @@ def report(
                         1.0,
                     )
                 )
+    if "rawdir" in sides and "rawdir-unchecked" in sides:  # issue 45, item 5 (informational)
+        lines.append("")
+        for op in ("save", "load-warm"):
+            ours, bare = per_round(f"{op}:rawdir"), per_round(f"{op}:rawdir-unchecked")
+            ratios = [o / b for o, b in zip(ours, bare, strict=True)]
+            lines.append(
+                f"jaxstruct's checksums on the docs' minimum format, {op}: "
+                f"{statistics.median(ratios):.3f}x the same format without them "
+                f"({min(ratios):.2f}-{max(ratios):.2f})."
+            )
     if "dir-none" in sides and "zip-none" in sides:  # issue 35, item 7 (informational)
         dirs, zips = per_round("save:dir-none"), per_round("save:zip-none")
         lines.append("")

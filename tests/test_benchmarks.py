@@ -235,11 +235,15 @@ def test_construction_target_follows_the_interpreter() -> None:
 
 def test_accel_benchmark_reports_the_limits_every_side_and_the_targets() -> None:
     """A tiny run of bench_accel.py (issue 35) on this backend: the four limits, each side
-    asked for with save and load figures, and each target of the built-in format with a
-    verdict."""
-    # One side keeps it short (each figure is a fresh process); the harness is the same
+    asked for with save and load figures, each target of the built-in format with a
+    verdict, and the cost of jaxstruct's checksums on the docs' minimum format (issue 45)."""
+    # Few sides keep it short (each figure is a fresh process); the harness is the same
     # for every side.
-    out = _bench("bench_accel.py", "--size=2M", "--sides", "zip-none")
+    out = _bench(
+        "bench_accel.py", "--size=2M", "--sides", "zip-none", "rawdir", "rawdir-unchecked"
+    )
+    for op in ("save", "load-warm"):
+        assert f"jaxstruct's checksums on the docs' minimum format, {op}: " in out, out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     names = [row.split("|")[1].strip() for row in rows]
     assert names[1:7] == [
