@@ -117,6 +117,26 @@ FIRST_ONLY=(--ignore=tests/orbax/test_object_store.py
     --deselect=tests/orbax/test_multiprocess.py::test_two_processes_save_to_an_object_store_and_restore
     --ignore=tests/testing/test_property_example.py
     --ignore=tests/test_typing.py)
+# Sweeps and end-to-end runs of jaxstruct's own byte logic, kill safety and host
+# memory also run once, in part 1: every single-bit flip of a file's metadata, every
+# byte of a small file flipped, a writer killed at every step, racing writers, and the
+# host budget's bytes in flight and process growth. What they check (our bytes on
+# disk, the OS's files, glibc's allocator) is the same whichever CPython or
+# dependency versions run them, and together they took 150 s of a worker's time per
+# run (pytest --durations on CPython 3.12, 2026-12-07): about 75 s of each later run.
+ONCE=(--ignore=tests/io/test_host_streaming.py --ignore=tests/io/test_host_budget.py
+    --ignore=tests/safetensors/test_host_budget.py --ignore=tests/safetensors/test_marks.py
+    --ignore=tests/orbax/test_marks.py
+    --deselect=tests/io/test_library_trust.py::test_every_single_bit_flip_of_the_manifest_is_refused_or_harmless
+    --deselect=tests/safetensors/test_checksums.py::test_a_flipped_byte_anywhere_is_found_never_loaded
+    --deselect=tests/orbax/test_checksums.py::test_a_flipped_byte_in_any_stored_file_is_found_never_loaded
+    --deselect=tests/orbax/test_checksums.py::test_a_forked_writer_killed_at_each_step_keeps_a_loadable_checkpoint
+    --deselect=tests/io/test_atomic.py::test_kill_at_every_step_boundary_keeps_a_checkpoint
+    --deselect=tests/io/test_reliability.py::test_racing_overwrites_to_a_new_path_both_succeed)
+# The later runs also draw fewer Hypothesis examples (the "repeat" profile of
+# tests/conftest.py: 15 instead of 40): they look for what another interpreter or
+# another dependency version breaks, which the first examples show.
+REPEAT_PROFILE=repeat
 # The other Pythons at uv.lock's versions also leave out the end-to-end runs of
 # several processes of one script, which check the processes' coordination and
 # the file system, the same whichever CPython runs them: the two-process
@@ -139,8 +159,9 @@ for version in $SUPPORTED_PYTHONS; do
     step "sync .venvs/py$version (uv.lock)" \
         env -u VIRTUAL_ENV UV_PROJECT_ENVIRONMENT="$venv" \
         uv sync --frozen --all-packages --quiet --python "${PYTHON_AT[$version]}"
-    step "pytest, Python $version (uv.lock)" in_venv "$venv" python -m pytest -n 2 -q \
-        "${TOOLING[@]}" "${FIRST_ONLY[@]}" "${OTHER_PYTHONS_LEAVE_OUT[@]}" "$@"
+    step "pytest, Python $version (uv.lock)" in_venv "$venv" \
+        env HYPOTHESIS_PROFILE="$REPEAT_PROFILE" python -m pytest -n 2 -q \
+        "${TOOLING[@]}" "${FIRST_ONLY[@]}" "${ONCE[@]}" "${OTHER_PYTHONS_LEAVE_OUT[@]}" "$@"
 done
 
 # uv.lock stays untouched: each lowest resolution is locked in a copy of the tree
@@ -186,7 +207,8 @@ pytest_lowest() (  # pytest_lowest SCRATCH X.Y [pytest arguments]
     fi
     shift 2
     in_venv "$venv" env JAXSTRUCT_TEST_ONLY_ORBAX="$only_orbax" \
-        python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "$@"
+        HYPOTHESIS_PROFILE="$REPEAT_PROFILE" \
+        python -m pytest -n 2 -q "${TOOLING[@]}" "${FIRST_ONLY[@]}" "${ONCE[@]}" "$@"
 )
 lowest_run() {  # lowest_run SCRATCH LABEL X.Y... : copy, lock, then sync and pytest on each
     local scratch=$1 label=$2 version todo=()

@@ -28,6 +28,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
     print_blob=True,
 )
+# The runs of scripts/test.sh after its first (other interpreters, the floors).
+settings.register_profile(
+    "repeat",
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
 settings.register_profile(
     "thorough",
     max_examples=1000,
