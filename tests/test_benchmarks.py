@@ -239,9 +239,7 @@ def test_accel_benchmark_reports_the_limits_every_side_and_the_targets() -> None
     verdict, and the cost of jaxstruct's checksums on the docs' minimum format (issue 45)."""
     # Few sides keep it short (each figure is a fresh process); the harness is the same
     # for every side.
-    out = _bench(
-        "bench_accel.py", "--size=2M", "--sides", "zip-none", "rawdir", "rawdir-unchecked"
-    )
+    out = _bench("bench_accel.py", "--size=2M", "--sides", "zip-none", "rawdir", "rawdir-unchecked")
     for op in ("save", "load-warm"):
         assert f"jaxstruct's checksums on the docs' minimum format, {op}: " in out, out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
