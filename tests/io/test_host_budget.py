@@ -28,6 +28,7 @@ from jax.sharding import PartitionSpec as P
 from jaxstruct.io import _budget, _host, _pieces
 from jaxstruct.registry import SerializationError
 
+from ._minimal import MAGIC, Minimal
 from .conftest import assert_same
 
 BUDGET = 4 << 20
@@ -353,49 +354,19 @@ def test_consecutive_streams_in_one_thread_never_wait_for_themselves(
     assert got == second == want
 
 
-_RAW = b"RAWSTRM1"
-
-
-class _Raw(jio.Format):
+class _Raw(Minimal):
     """A plugin format with no checksums of its own (jaxstruct sums its arrays at export):
-    the manifest, then each array's bytes written from ``host_chunks``, within the budget."""
+    the docs' minimum, each array's bytes written from ``host_chunks``, within the budget."""
 
     name = "raw-streamed"
     suffixes = (".raw",)
 
     def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
         with open(target, "wb") as out:
-            out.write(_RAW + len(manifest).to_bytes(8, "little") + manifest)
+            out.write(MAGIC + len(manifest).to_bytes(8, "little") + manifest)
             for key in sorted(arrays):
                 for piece in jio.host_chunks(arrays[key]):
                     out.write(piece)
-
-    def sniff(self, path: Any) -> bool:
-        with open(path, "rb") as f:
-            return f.read(len(_RAW)) == _RAW
-
-    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
-        return _RawOpened(Path(path))
-
-
-class _RawOpened(jio.OpenedCheckpoint):
-    def __init__(self, path: Path) -> None:
-        self.data = path.read_bytes()
-        size = int.from_bytes(self.data[8:16], "little")
-        self.manifest = self.data[16 : 16 + size]
-        self.start = 16 + size
-
-    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
-        offset, out = self.start, {}
-        for key in sorted(table):
-            spec = table[key]
-            if key in wanted:
-                host = jio.empty_array(spec)
-                raw = np.frombuffer(self.data, np.uint8, spec.nbytes, offset)
-                host.reshape(-1).view(np.uint8)[:] = raw
-                out[key] = jio.place(host, wanted[key])
-            offset += spec.nbytes
-        return out
 
 
 def test_the_checksum_pass_of_an_export_holds_at_most_the_budget(

@@ -20,50 +20,7 @@ from jaxstruct.io import PluginRegistry
 from jaxstruct.io._cli import main
 from jaxstruct.registry import SerializationError
 
-_MAGIC = b"MINI0001"
-
-
-class Minimal(jio.Format):
-    """A file format from the docs' minimum: a magic, the manifest's length, the manifest,
-    then each array's raw bytes in the manifest's order. No checksums of its own."""
-
-    name = "minimal"
-    suffixes = (".mini",)
-    forget_arrays = False
-
-    def write(self, target: Any, manifest: bytes, arrays: Any, **_: Any) -> None:
-        with open(target, "wb") as out:
-            out.write(_MAGIC + len(manifest).to_bytes(8, "little") + manifest)
-            if not self.forget_arrays:
-                for key in sorted(arrays):
-                    out.write(np.ascontiguousarray(jio.host_array(arrays[key])).tobytes())
-
-    def sniff(self, path: Any) -> bool:
-        with open(path, "rb") as f:
-            return f.read(len(_MAGIC)) == _MAGIC
-
-    def open(self, path: Any, limits: jio.Limits) -> jio.OpenedCheckpoint:
-        return _MinimalOpened(Path(path))
-
-
-class _MinimalOpened(jio.OpenedCheckpoint):
-    def __init__(self, path: Path) -> None:
-        self.data = path.read_bytes()
-        size = int.from_bytes(self.data[8:16], "little")
-        self.manifest = self.data[16 : 16 + size]
-        self.start = 16 + size
-
-    def read_arrays(self, table: Any, wanted: Any) -> dict[str, Any]:
-        offset, out = self.start, {}
-        for key in sorted(table):
-            spec = table[key]
-            if key in wanted:
-                raw = self.data[offset : offset + spec.nbytes]
-                host = jio.empty_array(spec)
-                host.reshape(-1).view(np.uint8)[: len(raw)] = np.frombuffer(raw, np.uint8)
-                out[key] = jio.place(host, wanted[key])
-            offset += spec.nbytes
-        return out
+from ._minimal import Minimal
 
 
 class Dist:
